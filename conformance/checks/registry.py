@@ -1,0 +1,112 @@
+"""Checks bound to requirement ids, and the context a check runs with on every rank."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.distributed as dist
+
+from conformance.outcomes import CheckFailed, NotObservable
+from conformance.probe import Probe
+from conformance.spec import AREAS, Requirement, SpecError
+from conformance.targets.base import Target, WorldSpec
+
+CheckFn = Callable[["CheckContext"], None]
+_REGISTRY: dict[str, CheckFn] = {}
+
+
+def check(requirement_id: str) -> Callable[[CheckFn], CheckFn]:
+    """Bind the decorated function to a requirement id."""
+
+    def bind(fn: CheckFn) -> CheckFn:
+        if requirement_id in _REGISTRY and _REGISTRY[requirement_id] is not fn:
+            raise SpecError("<checks>", requirement_id, "id", f"two checks for one requirement: {fn.__module__}")
+        _REGISTRY[requirement_id] = fn
+        return fn
+
+    return bind
+
+
+def load_checks() -> dict[str, CheckFn]:
+    """Import every area's check module and return the registry."""
+    for area in AREAS:
+        importlib.import_module(f"conformance.checks.{area}")
+    return dict(_REGISTRY)
+
+
+def bind_checks(requirements: list[Requirement]) -> dict[str, CheckFn]:
+    """Pair requirements with checks; a requirement with no check (or the reverse) is an error."""
+    checks = load_checks()
+    ids = {r.id for r in requirements}
+    for req in requirements:
+        if req.id not in checks:
+            raise SpecError(f"{req.area}.toml", req.id, "id", "requirement has no check")
+    for rid, fn in checks.items():
+        if rid not in ids:
+            raise SpecError(f"{fn.__module__}", rid, "id", "check has no requirement in the spec")
+    return checks
+
+
+@dataclass
+class CheckContext:
+    """Everything a check sees on one rank."""
+
+    rank: int
+    world_size: int
+    target: Target
+    store: dist.Store
+    requirement: Requirement
+    timeout_s: float
+    notes: list[str] = field(default_factory=list)
+    _exchanges: int = 0
+
+    @property
+    def probe(self) -> Probe:
+        """The target's probe on this rank."""
+        return self.target.probe()
+
+    @property
+    def device(self) -> Any:
+        """The device this rank's tensors live on."""
+        return self.target.device(self.rank)
+
+    def init_world(self, mode: str = "eager", backend: str | None = None, pg_options: Any = None,
+                   **extra: Any) -> dist.ProcessGroup:
+        """Init the default group on the target (eager = device-bound, lazy = unbound)."""
+        spec = WorldSpec(mode=mode, backend=backend, pg_options=pg_options, extra=extra)
+        sub = dist.PrefixStore(f"world{self._next()}/", self.store)
+        return self.target.init_world(sub, self.rank, self.world_size, spec, self.timeout_s)
+
+    def _next(self) -> int:
+        self._exchanges += 1
+        return self._exchanges
+
+    def exchange(self, value: Any) -> list[Any]:
+        """All ranks' ``value``, in rank order, through the side-channel store (not the backend)."""
+        key = f"xchg{self._next()}"
+        self.store.set(f"{key}/{self.rank}", pickle.dumps(value))
+        keys = [f"{key}/{r}" for r in range(self.world_size)]
+        self.store.wait(keys)
+        return [pickle.loads(self.store.get(k)) for k in keys]
+
+    def require(self, capability_or_kind: str) -> None:
+        """Raise NotObservable if the probe cannot see an event kind this check needs."""
+        if capability_or_kind not in self.probe.observes:
+            raise NotObservable(f"target {self.target.name} cannot observe {capability_or_kind!r} events")
+
+    def expect(self, condition: bool, what: str, expected: Any, observed: Any) -> None:
+        """Fail naming this rank, what was checked, the expected and the observed values."""
+        if not condition:
+            raise CheckFailed(f"rank {self.rank}: {what}: expected {expected!r}, observed {observed!r}")
+
+    def expect_equal(self, what: str, expected: Any, observed: Any) -> None:
+        """expect(expected == observed)."""
+        self.expect(expected == observed, what, expected, observed)
+
+    def note(self, text: str) -> None:
+        """A finding to carry into the report even when the check passes."""
+        self.notes.append(f"rank {self.rank}: {text}")

@@ -1,0 +1,47 @@
+"""The probe: what a target lets a check observe about communicators and launches.
+
+Events are plain dicts with a ``kind`` key. The kinds and their fields:
+
+- ``comm_created``: comm (id), group (group name or None), members (global ranks,
+  sorted), parent (comm id or None), mode ("eager", "lazy", "split", "p2p"),
+  device (str or None), config (dict of effective options), backend (name)
+- ``comm_destroyed``: comm
+- ``launch``: comm, op (e.g. "allreduce", "send"), ops (number of ops in this launch),
+  stream (stream id), device, backend, coalesced (bool)
+- ``config_applied``: comm, config (dict)
+- ``warning``: message, category
+A target records only the kinds it lists in ``Probe.observes``; a check that needs a kind
+the probe cannot see must report not-observable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+Event = dict[str, Any]
+
+EVENT_KINDS = ("comm_created", "comm_destroyed", "launch", "config_applied", "warning")
+
+
+class Probe(Protocol):
+    """Rank-local view of what the backend under test did."""
+
+    observes: frozenset[str]
+
+    def events(self, kind: str | None = None, since: int = 0) -> list[Event]:
+        """Events recorded on this rank (of one kind, from index ``since``)."""
+
+    def mark(self) -> int:
+        """An index to pass as ``since`` to see only later events."""
+
+
+class NullProbe:
+    """A probe that observes nothing (real stacks without instrumentation)."""
+
+    observes: frozenset[str] = frozenset()
+
+    def events(self, kind: str | None = None, since: int = 0) -> list[Event]:
+        return []
+
+    def mark(self) -> int:
+        return 0

@@ -1,0 +1,31 @@
+"""From results to reports: JSON (versioned schema), Markdown matrix, waivers, verdict, digest."""
+
+from conformance.report.build import Verdict, build_report, compute_verdict, verify_digest
+from conformance.report.environment import collect_environment
+from conformance.report.expectations import (
+    Expectation,
+    ExpectationError,
+    StaleWaiverError,
+    apply_expectations,
+    load_expectations,
+)
+from conformance.report.markdown import render_markdown
+from conformance.report.model import Result
+from conformance.report.write import load_report, write_report
+
+__all__ = [
+    "Expectation",
+    "ExpectationError",
+    "Result",
+    "StaleWaiverError",
+    "Verdict",
+    "apply_expectations",
+    "build_report",
+    "collect_environment",
+    "compute_verdict",
+    "load_expectations",
+    "load_report",
+    "render_markdown",
+    "verify_digest",
+    "write_report",
+]

@@ -1,0 +1,151 @@
+"""Build a report dict from results: summary, verdict, timestamps, and a tamper digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from conformance.outcomes import Outcome
+from conformance.report.model import Result
+
+SCHEMA_ID = "conformance-report/1"
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
+OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+_FAILING = (Outcome.FAIL.value, Outcome.ERROR.value)
+
+
+class Verdict:
+    """The certification verdicts, strongest claim first."""
+
+    CONFORMANT = "conformant"
+    CONFORMANT_WITH_WAIVERS = "conformant-with-waivers"
+    NON_CONFORMANT = "non-conformant"
+    INCOMPLETE = "incomplete"
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a report."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def validate_report(report: dict[str, Any]) -> None:
+    """Raise jsonschema.ValidationError when ``report`` does not follow the schema."""
+    jsonschema.Draft202012Validator(schema()).validate(report)
+
+
+def now_iso() -> str:
+    """The current UTC time as an ISO 8601 string."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _is_must(result: Result) -> bool:
+    return result.level.upper() == "MUST"
+
+
+def compute_verdict(results: Iterable[Result], interrupted: bool) -> str:
+    """incomplete > non-conformant (a MUST failed/errored) > with-waivers (a MUST waived) > conformant.
+
+    Skip and not-observable on a MUST, and any SHOULD outcome, never change the verdict.
+    """
+    if interrupted:
+        return Verdict.INCOMPLETE
+    musts = [r.outcome for r in results if _is_must(r)]
+    if any(o in _FAILING for o in musts):
+        return Verdict.NON_CONFORMANT
+    if Outcome.WAIVED.value in musts:
+        return Verdict.CONFORMANT_WITH_WAIVERS
+    return Verdict.CONFORMANT
+
+
+def _counts(results: Iterable[Result]) -> dict[str, int]:
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for r in results:
+        counts[r.outcome] = counts.get(r.outcome, 0) + 1
+    return counts
+
+
+def summarize(results: list[Result]) -> dict[str, Any]:
+    """Counts per outcome, per area and per level, and the SHOULD requirements that failed."""
+    areas = sorted({r.area for r in results})
+    levels = sorted({r.level.upper() for r in results})
+    return {
+        "total": len(results),
+        "by_outcome": _counts(results),
+        "by_area": {a: _counts(r for r in results if r.area == a) for a in areas},
+        "by_level": {lv: _counts(r for r in results if r.level.upper() == lv) for lv in levels},
+        "should_failures": [
+            {"requirement": r.requirement, "world_size": r.world_size, "outcome": r.outcome}
+            for r in results
+            if not _is_must(r) and r.outcome in _FAILING
+        ],
+    }
+
+
+def canonical_json(report: dict[str, Any]) -> bytes:
+    """The bytes the digest covers: the report without ``digest``, sorted keys, compact."""
+    body = {k: v for k, v in report.items() if k != "digest"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def compute_digest(report: dict[str, Any]) -> str:
+    """sha256 hex of canonical_json(report)."""
+    return hashlib.sha256(canonical_json(report)).hexdigest()
+
+
+def verify_digest(report: dict[str, Any]) -> bool:
+    """True when the report's ``digest`` matches its content (False if absent or tampered)."""
+    try:
+        return report.get("digest") == compute_digest(report)
+    except (TypeError, ValueError):
+        return False
+
+
+def _waivers_from_results(results: list[Result]) -> list[dict[str, Any]]:
+    used: list[dict[str, Any]] = []
+    for r in results:
+        if r.waiver is not None:
+            entry = {k: v for k, v in r.waiver.items() if k != "observed"}
+            if entry not in used:
+                used.append(entry)
+    return used
+
+
+def build_report(
+    target: str,
+    results: list[Result],
+    environment: dict[str, Any],
+    *,
+    interrupted: bool = False,
+    waivers_used: Iterable[dict[str, Any]] = (),
+    stale_waivers: Iterable[dict[str, Any]] = (),
+    started: str | None = None,
+) -> dict[str, Any]:
+    """Assemble, validate and digest a ``conformance-report/1`` dict.
+
+    ``waivers_used`` defaults to the distinct waivers found on the results.
+    """
+    finished = now_iso()
+    report: dict[str, Any] = {
+        "schema": SCHEMA_ID,
+        "target": target,
+        "verdict": compute_verdict(results, interrupted),
+        "environment": dict(environment),
+        "results": [r.to_json() for r in results],
+        "summary": summarize(results),
+        "waivers_used": list(waivers_used) or _waivers_from_results(results),
+        "stale_waivers": list(stale_waivers),
+        "started": started or finished,
+        "finished": finished,
+        "interrupted": interrupted,
+    }
+    report["digest"] = compute_digest(report)
+    validate_report(report)
+    return report

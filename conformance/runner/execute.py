@@ -1,0 +1,72 @@
+"""Run one check on one rank: the task every rank process executes (pool or torchrun)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+import warnings
+from typing import Any
+
+from conformance.checks.registry import CheckContext, load_checks
+from conformance.outcomes import CheckFailed, NotObservable, Outcome, Skipped
+from conformance.runner.isolation import ProcessState
+from conformance.spec import load_catalog
+from conformance.targets import make_target
+
+
+def _requirement(requirement_id: str):  # noqa: ANN202 - cached lookup
+    for req in load_catalog():
+        if req.id == requirement_id:
+            return req
+    raise KeyError(f"no requirement {requirement_id!r} in the spec")
+
+
+def run_check(
+    rank: int,
+    world_size: int,
+    store: Any,
+    requirement_id: str,
+    target_name: str,
+    target_options: dict[str, Any] | None = None,
+    timeout_s: float = 60.0,
+) -> dict[str, Any]:
+    """Run the check bound to ``requirement_id`` on this rank; return a picklable rank outcome.
+
+    The outcome dict has ``outcome`` (pass/fail/error/skip/not-observable), ``detail``,
+    ``traceback`` (for errors), ``notes`` and ``duration_s``. Process-wide torch state the
+    check changes (backend registration, config flags, default group) is restored after it.
+    """
+    started = time.perf_counter()
+    state = ProcessState.capture()
+    target = make_target(target_name, target_options)
+    outcome, detail, tb = Outcome.PASS, "", ""
+    ctx = None
+    try:
+        requirement = _requirement(requirement_id)
+        fn = load_checks()[requirement_id]
+        target.setup(rank, world_size)
+        ctx = CheckContext(rank, world_size, target, store, requirement, timeout_s)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            fn(ctx)
+    except CheckFailed as exc:
+        outcome, detail = Outcome.FAIL, str(exc)
+    except NotObservable as exc:
+        outcome, detail = Outcome.NOT_OBSERVABLE, str(exc)
+    except Skipped as exc:
+        outcome, detail = Outcome.SKIP, str(exc)
+    except Exception as exc:  # noqa: BLE001 - any other exception is the check's error outcome
+        outcome, detail, tb = Outcome.ERROR, f"rank {rank}: {type(exc).__name__}: {exc}", traceback.format_exc()
+    finally:
+        try:
+            target.teardown()
+        finally:
+            state.restore()
+    return {
+        "rank": rank,
+        "outcome": outcome.value,
+        "detail": detail,
+        "traceback": tb,
+        "notes": ctx.notes if ctx else [],
+        "duration_s": time.perf_counter() - started,
+    }

@@ -1,0 +1,114 @@
+"""Load and validate the requirement catalog (TOML data files, one per area)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+AREAS: tuple[str, ...] = ("qualification", "split", "hints", "p2p", "coalescing")
+SPEC_DIR = Path(__file__).parent
+
+
+class SpecError(ValueError):
+    """A malformed spec file: names the file, the requirement id and the field at fault."""
+
+    def __init__(self, file: str, requirement: str, field: str, problem: str) -> None:
+        self.file, self.requirement, self.field = file, requirement, field
+        super().__init__(f"{file}: requirement {requirement!r}, field {field!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One requirement of the spec."""
+
+    id: str
+    area: str
+    level: str
+    statement: str
+    rationale: str
+    source: str
+    capabilities: tuple[str, ...]
+    torch: str
+    world_sizes: tuple[int, ...] = ()
+    finding: str = ""
+
+    def applies_to_torch(self, version: str) -> bool:
+        """True when the requirement's torch range admits ``version`` (local tags ignored)."""
+        return Version(Version(version).base_version) in SpecifierSet(self.torch)
+
+    def applies_to_world_size(self, world_size: int) -> bool:
+        """True when the requirement runs at ``world_size`` (all sizes if none listed)."""
+        return not self.world_sizes or world_size in self.world_sizes
+
+
+@cache
+def _schema() -> dict:
+    return json.loads((SPEC_DIR / "schema.json").read_text())
+
+
+def _validate_entry(file: str, index: int, entry: object) -> Requirement:
+    rid = entry.get("id", f"#{index}") if isinstance(entry, dict) else f"#{index}"
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(entry), key=lambda e: list(e.path))
+    if errors:
+        err = errors[0]
+        field = ".".join(str(p) for p in err.path) or (
+            err.message.split("'")[1] if err.validator in ("required", "additionalProperties") else "<entry>"
+        )
+        raise SpecError(file, str(rid), field, err.message)
+    try:
+        SpecifierSet(entry["torch"])
+    except InvalidSpecifier as exc:
+        raise SpecError(file, rid, "torch", f"not a version range: {exc}") from None
+    return Requirement(
+        id=entry["id"],
+        area=Path(file).stem,
+        level=entry["level"],
+        statement=entry["statement"],
+        rationale=entry["rationale"],
+        source=entry["source"],
+        capabilities=tuple(entry["capabilities"]),
+        torch=entry["torch"],
+        world_sizes=tuple(entry.get("world_sizes", ())),
+        finding=entry.get("finding", ""),
+    )
+
+
+def load_file(path: Path) -> list[Requirement]:
+    """Parse one area file; raises SpecError naming file, id and field."""
+    name = path.name
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(name, "<file>", "<toml>", str(exc)) from None
+    if path.stem not in AREAS:
+        raise SpecError(name, "<file>", "<name>", f"unknown area {path.stem!r}; expected one of {AREAS}")
+    entries = data.get("requirement")
+    if not isinstance(entries, list) or not entries:
+        raise SpecError(name, "<file>", "requirement", "expected one or more [[requirement]] tables")
+    return [_validate_entry(name, i, e) for i, e in enumerate(entries)]
+
+
+def load_catalog(spec_dir: Path | None = None) -> list[Requirement]:
+    """Load every area file, check ids are unique, return requirements in file order."""
+    base = spec_dir or Path(str(resources.files("conformance.spec")))
+    requirements: list[Requirement] = []
+    seen: dict[str, str] = {}
+    for area in AREAS:
+        path = base / f"{area}.toml"
+        if not path.exists():
+            raise SpecError(path.name, "<file>", "<file>", "area file is missing")
+        for req in load_file(path):
+            if req.id in seen:
+                raise SpecError(path.name, req.id, "id", f"duplicate id, first defined in {seen[req.id]}")
+            seen[req.id] = path.name
+            requirements.append(req)
+    return requirements

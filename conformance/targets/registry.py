@@ -1,0 +1,39 @@
+"""Find targets by name: the built-in ones, and vendors' through the `conformance.targets` entry points."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+from conformance.targets.base import Target
+
+BUILTIN: dict[str, str] = {
+    "sim": "conformance.targets.sim:SimTarget",
+    "gloo": "conformance.targets.gloo:GlooTarget",
+    "nccl": "conformance.targets.nccl:NcclTarget",
+    "torchcomms": "conformance.targets.torchcomms:TorchcommsTarget",
+    "vendor": "conformance.targets.vendor:VendorTarget",
+}
+
+
+def _load(path: str) -> type[Target]:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _plugins() -> dict[str, str]:
+    return {ep.name: ep.value for ep in entry_points(group="conformance.targets")}
+
+
+def available_targets() -> list[str]:
+    """Names of every target: built-in first, then those vendors' packages declare."""
+    return [n for n in BUILTIN if n != "vendor"] + sorted(set(_plugins()) - set(BUILTIN))
+
+
+def make_target(name: str, options: dict[str, Any] | None = None) -> Target:
+    """Instantiate target ``name`` with keyword ``options``; unknown names list the known ones."""
+    path = BUILTIN.get(name) or _plugins().get(name)
+    if path is None:
+        raise ValueError(f"unknown target {name!r}; known targets: {', '.join(available_targets())}")
+    return _load(path)(**(options or {}))

@@ -1,0 +1,86 @@
+"""The simulator target: the embedded reference backend, registered like a vendor's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+import simulator
+from conformance.targets.base import Target, WorldSpec
+
+_CAPS = frozenset({
+    "device_binding", "split", "options", "custom_backend",
+    "observe:comms", "observe:launches", "observe:config", "observe:warnings",
+})
+
+
+class SimTarget(Target):
+    """Runs checks against the simulator (backend 'sim', device cpu).
+
+    Options: ``path`` ("nccl" or "torchcomms": which integration path the simulator models)
+    and ``defects`` (planted defect switches to turn on, for the defect matrix).
+    """
+
+    name = "sim"
+
+    def __init__(self, path: str = "nccl", defects: list[str] | tuple[str, ...] = ()) -> None:
+        if path not in ("nccl", "torchcomms"):
+            raise ValueError(f"sim target: path must be 'nccl' or 'torchcomms', got {path!r}")
+        for name in defects:
+            if name not in simulator.defects.DEFECTS:
+                raise ValueError(f"sim target: unknown defect {name!r}; known: {sorted(simulator.defects.DEFECTS)}")
+        self.path = path
+        self.defects = tuple(defects)
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return _CAPS | ({"torchcomms"} if self.path == "torchcomms" else set())
+
+    @property
+    def default_backend(self) -> str:
+        return "cpu:sim"
+
+    def setup(self, rank: int, world_size: int) -> None:
+        simulator.defects.reset()
+        for name in self.defects:
+            simulator.defects.enable(name)
+        simulator.LOG.clear()
+        simulator.Settings.path = self.path
+        simulator.register()
+
+    def init_world(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
+                   timeout_s: float) -> dist.ProcessGroup:
+        dist.init_process_group(
+            spec.backend or self.default_backend, store=store, rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=timeout_s), pg_options=spec.pg_options,
+        )
+        world = dist.group.WORLD
+        if spec.mode == "eager":
+            simulator.bind_device(world)
+        return world
+
+    def make_options(self, **fields: Any) -> simulator.SimOptions:
+        return simulator.SimOptions(**fields)
+
+    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
+        return group.effective_config() if isinstance(group, simulator.SimProcessGroup) else None
+
+    def probe(self) -> simulator.events.EventLog:
+        return simulator.LOG
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            simulator.unregister()
+            simulator.defects.reset()
+            simulator.faults.clear()
+            simulator.Settings.path = "nccl"
+
+    def environment(self) -> dict[str, Any]:
+        return {"backend": "sim", "path": self.path, "defects": list(self.defects)}

@@ -1,0 +1,40 @@
+"""A pure-Python multi-process communicator that registers with torch.distributed like any
+out-of-tree backend, and models NCCL's communicator semantics (see README.md).
+
+Usage::
+
+    import simulator
+    simulator.register()                       # backend name "sim", device cpu
+    dist.init_process_group("cpu:sim", store=store, rank=rank, world_size=n)
+    simulator.bind_device(dist.group.WORLD)    # eager init (virtual device binding)
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from simulator import defects, faults
+from simulator.backend import Settings, SimProcessGroup, create
+from simulator.config import ConfigError, SimOptions
+from simulator.events import LOG
+from simulator.shim import bind_device, install, uninstall
+
+BACKEND_NAME = "sim"
+
+__all__ = [
+    "BACKEND_NAME", "LOG", "ConfigError", "Settings", "SimOptions", "SimProcessGroup", "bind_device",
+    "defects", "faults", "register", "unregister",
+]
+
+
+def register(name: str = BACKEND_NAME) -> None:
+    """Register the simulator with torch.distributed (extended API, device cpu) and install the shim."""
+    dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu"])
+    if defects.active("register_corrupts_maps"):
+        dist.Backend.default_device_backend_map["cuda"] = name
+    install()
+
+
+def unregister() -> None:
+    """Remove the shim (the runner restores torch's backend maps itself)."""
+    uninstall()

@@ -1,0 +1,450 @@
+"""SimProcessGroup: the simulator as a torch.distributed ProcessGroup (out-of-tree backend)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from simulator import defects, faults
+from simulator.comm import Communicator, rendezvous, shm_prefix
+from simulator.config import SimOptions, options_to_hints, parse_hints
+from simulator.events import LOG
+from simulator.fabric import Fabric
+from simulator.work import SimWork
+
+REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+LAZY_P2P_WARNING = (
+    "simulator: send/recv on a lazily initialised group create a 2-rank communicator per "
+    "peer pair; pass device_id to init_process_group to bind a device so P2P reuses the "
+    "group communicator"
+)
+
+
+class Settings:
+    """Process-wide switches the sim target sets before init (path: "nccl" or "torchcomms")."""
+
+    path: str = "nccl"
+
+
+def reduce_op_name(op: Any) -> str:
+    """'sum', 'avg', ... for a torch ReduceOp."""
+    for name in REDUCE_OPS:
+        if op == getattr(dist.ReduceOp, name):
+            return name.lower()
+    raise ValueError(f"simulator: unsupported reduce op {op}")
+
+
+def _timeout_s(timeout: Any) -> float:
+    return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout or 300)
+
+
+class SimProcessGroup(dist.ProcessGroup):
+    """A process group whose communicators are simulated, with real data in shared memory."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, global_ranks: list[int],
+                 options: SimOptions | None, timeout_s: float, *, comm_store: dist.Store,
+                 prefix: str, comm: Communicator | None = None, is_world: bool = False) -> None:
+        super().__init__(rank, size)
+        self._store = store
+        self._comm_store = comm_store
+        self._global_ranks = global_ranks
+        self._timeout_s = timeout_s
+        self._prefix = prefix
+        self._options = options if options is not None else SimOptions()
+        if not defects.active("invalid_options_accepted"):
+            self._options.validate()
+        self._config = effective_config(self._options, comm_name="pending",
+                                        warn=not defects.active("unknown_hint_silent"))
+        self._comm = comm
+        self._is_world = is_world
+        self._pair_comms: dict[tuple[int, int], Communicator] = {}
+        self._pair_ops: dict[tuple[int, int], int] = {}
+        self._warned = False
+        self._coalescing: list[tuple[str, Callable[[Fabric], Any]]] | None = None
+        self._name = ""
+
+    # --- identity --------------------------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        """The backend's name."""
+        return "sim"
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802 - torch's name
+        """Called by torch with the group's name."""
+        self._name = name
+
+    def getGroupName(self) -> str:  # noqa: N802 - torch's name
+        """The group's name."""
+        return self._name
+
+    @property
+    def group_name(self) -> str:
+        """The group's name."""
+        return self._name
+
+    @property
+    def my_global_rank(self) -> int:
+        """This process's rank in the world."""
+        return self._global_ranks[self.rank()]
+
+    @property
+    def options(self) -> SimOptions:
+        """The options this group was created with (torch deep-copies them for split children)."""
+        return self._options
+
+    @property
+    def supports_splitting(self) -> bool:
+        """Splitting is supported (ncclCommSplit semantics)."""
+        return True
+
+    @property
+    def supports_coalescing(self) -> bool:
+        """Coalescing of collectives is supported."""
+        return True
+
+    def _get_backend(self, device: Any) -> SimProcessGroup:
+        return self
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass
+
+    def get_group_store(self) -> dist.Store:
+        """The store torch registers for this group."""
+        return self._store
+
+    def comm_split_count(self) -> int:
+        """How many splits this group's communicator has done."""
+        return self._comm.split_count if self._comm else 0
+
+    def effective_config(self) -> dict[str, Any]:
+        """The config the group's communicator has (or will get at its lazy creation)."""
+        return self._comm.config if self._comm is not None else self._config
+
+    @property
+    def communicator(self) -> Communicator | None:
+        """The group's main communicator, once created."""
+        return self._comm
+
+    # --- communicator lifecycle --------------------------------------------------------------
+    def eager_connect_single_device(self, device: Any) -> None:
+        """Create the group communicator now (called by the virtual device binding shim)."""
+        if self._comm is None:
+            self._comm = self._bootstrap("eager", device=str(device))
+
+    def _bootstrap(self, mode: str, device: str | None = None) -> Communicator:
+        comm_id = f"c{self._name[:10]}"
+        rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
+                   self._timeout_s, f"creating communicator {comm_id} ({mode})")
+        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device)
+
+    def _new_comm(self, comm_id: str, members: list[int], mode: str, *, parent: str | None = None,
+                  device: str | None = None, config: dict[str, Any] | None = None) -> Communicator:
+        return Communicator(
+            id=comm_id, members=members, rank=self.my_global_rank, mode=mode,
+            config=self._config if config is None else config, store=self._comm_store,
+            timeout_s=self._timeout_s, prefix=self._prefix, parent=parent, device=device,
+        )
+
+    def _main_comm(self) -> Communicator:
+        if self._comm is None:
+            self._comm = self._bootstrap("lazy")
+        return self._comm
+
+    def split_comm(self, members: list[int] | None, config: dict[str, Any]) -> Communicator | None:
+        """ncclCommSplit: every member of this group's communicator calls; None for no-color."""
+        parent = self._main_comm()
+        n = parent.split_count
+        parent.split_count += 1
+        key = f"split/{parent.id}/{n}"
+        me = self.my_global_rank
+        self._comm_store.set(f"{key}/color/{me}", pickle.dumps(members))
+        rendezvous(self._comm_store, f"{key}/arrive", me, parent.members, self._timeout_s,
+                   f"split #{n} of communicator {parent.id}")
+        if members is None:
+            return None
+        for other in members:
+            theirs = pickle.loads(self._comm_store.get(f"{key}/color/{other}"))
+            if theirs != members:
+                raise ValueError(
+                    f"rank {me}: split #{n} of {parent.id}: rank {me} asked for group {members} "
+                    f"but rank {other} asked for {theirs}"
+                )
+        child_id = f"{parent.id}.s{n}r{members[0]}"
+        if defects.active("split_fresh_bootstrap"):
+            rendezvous(self._comm_store, f"boot/{child_id}", me, members, self._timeout_s,
+                       f"creating communicator {child_id}")
+            return self._new_comm(child_id, members, "eager", device=parent.device, config=config)
+        device = None if defects.active("split_child_unbound") else parent.device
+        return self._new_comm(child_id, members, "split", parent=parent.id, device=device, config=config)
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """Take part in a split (new_group under eager init) as a non-member."""
+        self.split_comm(None, {})
+
+    def split_group(self, ranks: list[int], timeout: Any = None, opts: Any = None, group_name: str = "",
+                    group_desc: str = "", device_types: Any = None) -> SimProcessGroup | None:
+        """torch.distributed.split_group's backend half: every parent rank calls it."""
+        bad = [r for r in ranks if not 0 <= r < self.size()]
+        if bad and not defects.active("split_out_of_range_hang"):
+            raise ValueError(
+                f"rank {self.my_global_rank}: split_group: ranks {bad} are outside the parent group "
+                f"of size {self.size()} (valid group ranks are 0..{self.size() - 1})"
+            )
+        member = self.rank() in ranks
+        if not member and defects.active("split_nonmember_raises"):
+            raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
+        options = self._child_options(opts)
+        config = self._child_config(options, opts)
+        members = sorted(self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks)
+        comm = self.split_comm(members if member else None, config)
+        if comm is None:
+            return None
+        child = SimProcessGroup(
+            dist.PrefixStore(f"{group_name}/", self._comm_store), ranks.index(self.rank()), len(ranks),
+            members, options, _timeout_s(timeout) if timeout else self._timeout_s,
+            comm_store=self._comm_store, prefix=self._prefix, comm=comm,
+        )
+        child.setGroupName(group_name)
+        return child
+
+    def _child_options(self, opts: Any) -> SimOptions:
+        if defects.active("options_aliased") and (opts is None or opts == self._options):
+            return self._options
+        if defects.active("split_drops_options") or opts is None:
+            return SimOptions() if defects.active("split_drops_options") else copy.deepcopy(self._options)
+        if not isinstance(opts, SimOptions):
+            raise TypeError(f"simulator: pg_options must be simulator.SimOptions, got {type(opts).__name__}")
+        return opts
+
+    def _child_config(self, options: SimOptions, opts: Any) -> dict[str, Any]:
+        if defects.active("options_aliased") and options is self._options:
+            return self.effective_config()
+        if not defects.active("invalid_options_accepted"):
+            options.validate()
+        return effective_config(options, comm_name="split", warn=not defects.active("unknown_hint_silent"))
+
+    def shutdown(self) -> None:
+        """Destroy every communicator of this group."""
+        for comm in [self._comm, *self._pair_comms.values()]:
+            if comm is not None:
+                comm.destroy()
+        self._comm = None
+        self._pair_comms.clear()
+
+    def abort(self) -> None:
+        """Same as shutdown for the simulator."""
+        self.shutdown()
+
+    # --- launches ----------------------------------------------------------------------------
+    def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False) -> SimWork:
+        faults.maybe_inject(self.my_global_rank, op)
+        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced))
+
+    def _coalesced(self, op: str, fns: list[Callable[[Fabric], Any]], async_op: bool) -> SimWork | None:
+        if defects.active("coalesced_per_op_launch"):
+            works = [self._launch(op, fn) for fn in fns]
+            work = works[-1] if works else None
+        else:
+            work = self._launch(f"{op}_coalesced", lambda f: [fn(f) for fn in fns], ops=len(fns), coalesced=True)
+        if async_op and defects.active("coalesced_async_no_works"):
+            return None
+        return work
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """In-place all-reduce."""
+        op = reduce_op_name(opts.reduceOp) if opts is not None else "sum"
+        return self._launch("allreduce", lambda f: f.all_reduce(tensors, op))
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork | None:
+        """All tensors of a coalesced block in one launch."""
+        op = reduce_op_name(opts.reduceOp)
+        return self._coalesced("allreduce", [lambda f, t=t: f.all_reduce([t], op) for t in tensors],
+                               bool(getattr(opts, "asyncOp", False)))
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """all_gather into a list of tensors."""
+        return self._launch("allgather", lambda f: f.all_gather(outputs[0], inputs[0]))
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
+        """all_gather_into_tensor."""
+        return self._launch("allgather_into_tensor", lambda f: f.all_gather_into_tensor([output], [input]))
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> SimWork | None:
+        """Coalesced all_gather_into_tensor."""
+        fns = [lambda f, o=o, i=i: f.all_gather_into_tensor([o], [i]) for o, i in zip(outputs, inputs)]
+        return self._coalesced("allgather_into_tensor", fns, bool(getattr(opts, "asyncOp", False)))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
+        """reduce_scatter_tensor."""
+        op = reduce_op_name(opts.reduceOp)
+        return self._launch("reduce_scatter_tensor", lambda f: f.reduce_scatter_tensor([output], [input], op))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> SimWork | None:
+        """Coalesced reduce_scatter_tensor."""
+        op = reduce_op_name(opts.reduceOp)
+        fns = [lambda f, o=o, i=i: f.reduce_scatter_tensor([o], [i], op) for o, i in zip(outputs, inputs)]
+        return self._coalesced("reduce_scatter_tensor", fns, bool(getattr(opts, "asyncOp", False)))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """Broadcast from opts.rootRank (group rank)."""
+        return self._launch("broadcast", lambda f: f.broadcast(tensors, opts.rootRank))
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """Reduce to opts.rootRank."""
+        op = reduce_op_name(opts.reduceOp)
+        return self._launch("reduce", lambda f: f.reduce(tensors, opts.rootRank, op))
+
+    def barrier(self, opts: Any = None) -> SimWork:
+        """Barrier over the group communicator."""
+        return self._launch("barrier", lambda f: f.barrier())
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                          input_split_sizes: list[int], opts: Any = None) -> SimWork:
+        """all_to_all_single with optional split sizes."""
+        return self._launch("all_to_all_single", lambda f: f.all_to_all_single(
+            output, input, output_split_sizes or None, input_split_sizes or None))
+
+    alltoall_base = all_to_all_single
+
+    # --- point to point -----------------------------------------------------------------------
+    def _warn_lazy_p2p(self) -> None:
+        if defects.active("p2p_warn_missing"):
+            return
+        if not self._warned or defects.active("p2p_warn_repeated"):
+            self._warned = True
+            LOG.warn(LAZY_P2P_WARNING)
+
+    def _p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:
+        me, peer = self.my_global_rank, self._global_ranks[peer_group_rank]
+        pair = (min(me, peer), max(me, peer))
+        stream = f"p2p:{pair[0]}-{pair[1]}"
+        if self._comm is not None and not defects.active("p2p_pair_comm_eager"):
+            return self._comm, self._comm.local(peer), stream
+        if self._comm is None:
+            self._warn_lazy_p2p()
+        base = f"c{self._name[:10]}.p{pair[0]}x{pair[1]}"
+        if defects.active("p2p_comm_per_op"):
+            self._pair_ops[pair] = self._pair_ops.get(pair, 0) + 1
+            comm = self._new_comm(f"{base}.{self._pair_ops[pair]}", list(pair), "p2p")
+            self._pair_comms[(pair[0], -self._pair_ops[pair])] = comm
+        else:
+            if pair not in self._pair_comms:
+                self._pair_comms[pair] = self._new_comm(base, list(pair), "p2p")
+            comm = self._pair_comms[pair]
+        return comm, comm.local(peer), stream
+
+    def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any]) -> SimWork | None:
+        if peer == self.rank() or not 0 <= peer < self.size():
+            what = "destination" if op == "send" else "source"
+            raise ValueError(f"rank {self.my_global_rank}: {op}: invalid {what} group rank {peer} "
+                             f"(group of size {self.size()}, own rank {self.rank()})")
+        faults.maybe_inject(self.my_global_rank, op)
+        comm, local_peer, stream = self._p2p_comm(peer)
+        if self._coalescing is not None:
+            self._coalescing.append((op, lambda f, lp=local_peer: fn(f, lp)))
+            return None
+        fut = comm.launch(op, lambda f: fn(f, local_peer), stream=stream)
+        return SimWork(fut, source_rank=peer, p2p=True)
+
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimWork | None:  # noqa: N803
+        """Buffered send to group rank dstRank."""
+        t = tensors[0]
+        return self._p2p("send", dstRank, lambda f, p: f.send(t, p, tag))
+
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> SimWork | None:  # noqa: N803
+        """Receive from group rank srcRank."""
+        t = tensors[0]
+        return self._p2p("recv", srcRank, lambda f, p: (f.recv(t, p, tag), srcRank)[1])
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
+        """Receive from whichever rank sends first (needs the group communicator)."""
+        if self._comm is None:
+            raise RuntimeError(
+                f"rank {self.my_global_rank}: recv(src=None) needs an eagerly initialised group "
+                "(bind a device at init): lazily created pair communicators have no any-source receive"
+            )
+        comm = self._comm
+        t = tensors[0]
+        fut = comm.launch("recv", lambda f: self._global_ranks.index(comm.members[f.recv(t, None, tag)]),
+                          stream="p2p:any")
+        return SimWork(fut, p2p=True)
+
+    def _start_coalescing(self, device: Any) -> None:
+        self._coalescing = []
+
+    def _end_coalescing(self, device: Any) -> SimWork:
+        ops, self._coalescing = self._coalescing or [], None
+        sends = [fn for op, fn in ops if op == "send"]
+        recvs = [fn for op, fn in ops if op == "recv"]
+        return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in sends + recvs], ops=len(ops),
+                            coalesced=True)
+
+
+def effective_config(options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
+    """The communicator config for ``options`` on the current path (NCCL or torchcomms)."""
+    if Settings.path == "torchcomms":
+        if defects.active("torchcomms_drops_options"):
+            hints: dict[str, str] = {}
+        else:
+            key = "net_name" if defects.active("hint_net_name_snake") else "netName"
+            hints = options_to_hints(options, net_name_key=key)
+        return {"hints": _parse(hints, comm_name, warn)}
+    config = options.as_config()
+    config["hints"] = _parse(options.hints, comm_name, warn)
+    return config
+
+
+def _parse(hints: dict[str, str], comm_name: str, warn: bool) -> dict[str, Any]:
+    if warn:
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            parsed = parse_hints(hints, comm_name)
+        for w in caught:
+            LOG.warn(str(w.message), RuntimeWarning)
+        return parsed
+    from simulator.config import KNOWN_HINTS
+
+    return parse_hints({k: v for k, v in hints.items() if k in KNOWN_HINTS}, comm_name)
+
+
+def create(common: Any, pg_options: Any) -> SimProcessGroup:
+    """The creator torch calls (extended API) for every group whose backend is 'sim'."""
+    if pg_options is not None and not isinstance(pg_options, SimOptions):
+        raise TypeError(f"simulator: pg_options must be simulator.SimOptions, got {type(pg_options).__name__}")
+    store, rank, size = common.store, common.group_rank, common.group_size
+    global_ranks = list(common.global_ranks_in_group) or list(range(size))
+    timeout_s = _timeout_s(common.timeout)
+    is_world = not dist.is_initialized()
+    if is_world:
+        prefix = shm_prefix(store, rank)
+        comm_store = store
+        return SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s,
+                               comm_store=comm_store, prefix=prefix, is_world=True)
+    world = dist.distributed_c10d._get_default_group()
+    if not isinstance(world, SimProcessGroup):
+        raise RuntimeError("simulator: a 'sim' subgroup needs a 'sim' default group")
+    options = pg_options
+    if defects.active("split_drops_options"):
+        options = None
+    group = SimProcessGroup(store, rank, size, global_ranks, options, timeout_s,
+                            comm_store=world._comm_store, prefix=world._prefix)
+    if world.bound_device_id is not None:
+        group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
+    return group

@@ -1,0 +1,113 @@
+"""The communicator model: id, members, parent, config, creation mode, streams, data fabric."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from simulator.errors import RankTimeout
+from simulator.events import LOG
+from simulator.fabric import Fabric
+from simulator.stream import Stream
+
+MAIN_STREAM = "main"
+
+
+def shm_prefix(store: dist.Store, rank: int) -> str:
+    """A shared-memory name prefix every rank of a world agrees on (the runner's, if it set one)."""
+    if os.environ.get("CONFORMANCE_SHM_PREFIX"):
+        return os.environ["CONFORMANCE_SHM_PREFIX"]
+    if rank == 0:
+        store.set("sim_shm_prefix", f"sim{os.getpid()}_{time.monotonic_ns() % 10**8}_")
+    return store.get("sim_shm_prefix").decode()
+
+
+def rendezvous(store: dist.Store, key: str, rank: int, members: list[int], timeout_s: float, what: str) -> None:
+    """Post this rank's arrival under ``key`` and wait for every member; name the absent ones."""
+    store.set(f"{key}/{rank}", b"1")
+    keys = [f"{key}/{r}" for r in members]
+    try:
+        store.wait(keys, _timedelta(timeout_s))
+    except Exception:  # noqa: BLE001 - torch raises DistStoreError/RuntimeError by version
+        missing = [r for r, k in zip(members, keys) if not store.check([k])]
+        raise RankTimeout(
+            f"rank {rank}: {what}: ranks {missing} never arrived within {timeout_s:.1f}s "
+            f"(members {members})"
+        ) from None
+
+
+def _timedelta(seconds: float):  # noqa: ANN202
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
+@dataclass
+class Communicator:
+    """One simulated NCCL communicator on this rank."""
+
+    id: str
+    members: list[int]
+    rank: int
+    mode: str
+    config: dict[str, Any]
+    store: dist.Store
+    timeout_s: float
+    prefix: str
+    parent: str | None = None
+    device: str | None = None
+    split_count: int = 0
+    streams: dict[str, Stream] = field(default_factory=dict)
+    fabric: Fabric | None = None
+
+    def __post_init__(self) -> None:
+        self.fabric = Fabric(
+            dist.PrefixStore(f"comm/{self.id}/", self.store),
+            self.id,
+            self.members,
+            self.rank,
+            self.timeout_s,
+            self.prefix,
+        )
+        LOG.record(
+            "comm_created",
+            comm=self.id,
+            members=list(self.members),
+            parent=self.parent,
+            mode=self.mode,
+            device=self.device,
+            config=copy.deepcopy(self.config),
+            backend="sim",
+        )
+        LOG.record("config_applied", comm=self.id, config=copy.deepcopy(self.config))
+
+    def local(self, global_rank: int) -> int:
+        """The member index of ``global_rank`` in this communicator."""
+        return self.members.index(global_rank)
+
+    def launch(self, op: str, fn: Callable[[Fabric], Any], *, stream: str = MAIN_STREAM, ops: int = 1,
+               coalesced: bool = False) -> torch.futures.Future:
+        """Record one launch of ``ops`` ops on ``stream`` and run ``fn(fabric)`` there."""
+        LOG.record("launch", comm=self.id, op=op, ops=ops, stream=stream, device="cpu", backend="sim",
+                   coalesced=coalesced)
+        if stream not in self.streams:
+            self.streams[stream] = Stream(f"{self.id}:{stream}")
+        fabric = self.fabric
+        return self.streams[stream].submit(lambda: fn(fabric))
+
+    def destroy(self) -> None:
+        """Drain streams, release shared memory, record the destruction."""
+        for stream in self.streams.values():
+            stream.close()
+        self.streams.clear()
+        if self.fabric is not None:
+            self.fabric.close()
+            self.fabric = None
+        LOG.record("comm_destroyed", comm=self.id)

@@ -1,0 +1,61 @@
+"""Planted defect switches: one per historical bug the spec guards against. Off by default.
+
+Enable with ``SIM_DEFECTS=name1,name2`` in the environment of the rank processes, or
+``enable(name)`` in-process. ``DEFECTS`` maps each name to a one-line description.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFECTS: dict[str, str] = {
+    "batch_wait_no_wait": "isend/irecv works complete before the data has arrived (pytorch PR 82450)",
+    "coalesced_async_no_works": "_coalescing_manager(async_ops=True) returns a work that covers nothing (issue 122807)",
+    "coalesced_per_op_launch": "a coalesced block is launched op by op instead of once",
+    "coalesced_mixed_reduce_ops": "a coalesced block with mixed reduce ops runs every op as the first one, silently",
+    "split_drops_options": "options given to split_group/new_group are dropped; the child gets defaults",
+    "torchcomms_drops_options": "on the torchcomms path, process-group options never reach CommOptions.hints",
+    "options_aliased": "a split child with no options aliases the parent's config instead of copying it",
+    "hint_net_name_snake": "net_name is passed as hint 'net_name' instead of 'netName' (torchcomms ignores it)",
+    "split_unbound_allowed": "split_group works on a parent with no bound device",
+    "split_child_unbound": "a split child does not carry the parent's bound device",
+    "split_nonmember_raises": "a non-member of a partial split raises instead of getting None",
+    "p2p_pair_comm_eager": "send/recv create 2-rank pair communicators even under eager init",
+    "p2p_comm_per_op": "lazy P2P creates a new communicator for every op instead of one per pair",
+    "p2p_warn_missing": "lazy P2P issues no warning recommending a device binding",
+    "p2p_warn_repeated": "lazy P2P warns on every op instead of once",
+    "register_corrupts_maps": "registering the simulator backend overwrites a device another backend claims",
+    "split_fresh_bootstrap": "a split child is bootstrapped afresh instead of split from its parent communicator",
+    "invalid_options_accepted": "invalid option values and hint values are accepted silently",
+    "unknown_hint_silent": "unknown hint keys are dropped without a warning",
+    "split_out_of_range_hang": "split_group with a rank outside the parent hangs instead of refusing",
+}
+
+_enabled: set[str] = set()
+
+
+def _from_env() -> set[str]:
+    names = {n.strip() for n in os.environ.get("SIM_DEFECTS", "").split(",") if n.strip()}
+    unknown = names - set(DEFECTS)
+    if unknown:
+        raise ValueError(f"unknown simulator defect(s) {sorted(unknown)}; known: {sorted(DEFECTS)}")
+    return names
+
+
+def active(name: str) -> bool:
+    """True when defect ``name`` is switched on (env var or enable())."""
+    if name not in DEFECTS:
+        raise KeyError(f"unknown simulator defect {name!r}")
+    return name in _enabled or name in _from_env()
+
+
+def enable(name: str) -> None:
+    """Switch a defect on in this process."""
+    if name not in DEFECTS:
+        raise KeyError(f"unknown simulator defect {name!r}; known: {sorted(DEFECTS)}")
+    _enabled.add(name)
+
+
+def reset() -> None:
+    """Switch every in-process defect off (the env var is the caller's to clear)."""
+    _enabled.clear()
