@@ -17,13 +17,13 @@ from simulator import defects, faults
 from simulator.backend import Settings, SimProcessGroup, create
 from simulator.config import ConfigError, SimOptions
 from simulator.events import LOG
-from simulator.shim import bind_device, install, uninstall
+from simulator.shim import bind_device, install, uninstall, virtual_device
 
 BACKEND_NAME = "sim"
 
 __all__ = [
     "BACKEND_NAME", "LOG", "ConfigError", "Settings", "SimOptions", "SimProcessGroup", "bind_device",
-    "defects", "faults", "register", "unregister",
+    "defects", "faults", "register", "unregister", "virtual_device",
 ]
 
 

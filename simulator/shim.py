@@ -3,10 +3,14 @@
 What it patches, and why (torch 2.13 CPU build):
 
 1. ``bind_device(pg)``: torch refuses ``init_process_group(device_id=cpu)`` ("must be an
-   accelerator with an index"), so eager init cannot be requested through torch on CPU.
-   The shim sets ``pg.bound_device_id = cpu:0`` (torch's own attribute; an index is allowed)
-   and asks the simulator to create the group communicator now, which is what
-   ``eager_connect_single_device`` does for NCCL. Nothing of torch is replaced.
+   accelerator with an index"), and new_group refuses a cpu bound device for the same reason,
+   so eager init cannot be requested through torch on CPU. The shim sets
+   ``pg.bound_device_id = meta:0`` (torch's own attribute; ``meta`` is a built-in device type
+   that never holds data, so nothing can be placed on it by mistake, and unlike a renamed
+   PrivateUse1 it needs no device hooks when barrier() copies it into its options) and asks
+   the simulator to create the group communicator now, which is what
+   ``eager_connect_single_device`` does for NCCL. Data stays on the CPU. Nothing of torch is
+   replaced.
 2. ``torch.distributed.split_group`` (and the module attribute in distributed_c10d, which
    new_group's torchcomms path calls) is wrapped. Only while a split of a *simulator* group
    runs, ``torch.accelerator.is_available`` reports True and ``current_accelerator``
@@ -31,12 +35,18 @@ import torch.distributed.distributed_c10d as c10d
 
 from simulator import defects
 
-VIRTUAL_DEVICE = torch.device("cpu", 0)
+VIRTUAL_DEVICE = torch.device("meta", 0)
+
+
+def virtual_device() -> torch.device:
+    """The virtual device a simulator world is bound to: ``meta:0`` (a device type that holds no data)."""
+    return VIRTUAL_DEVICE
 _original: Callable[..., Any] | None = None
 
 
-def bind_device(pg: dist.ProcessGroup, device: torch.device = VIRTUAL_DEVICE) -> None:
+def bind_device(pg: dist.ProcessGroup, device: torch.device | None = None) -> None:
     """Bind ``pg`` to a virtual device and create its communicator eagerly."""
+    device = device or virtual_device()
     pg.bound_device_id = device
     pg.eager_connect_single_device(device)
 
@@ -65,7 +75,7 @@ def _split_group(*args: Any, **kwargs: Any) -> Any:
         return _original(*args, **kwargs)
     with contextlib.ExitStack() as stack:
         if defects.active("split_unbound_allowed") and default.bound_device_id is None:
-            default.bound_device_id = VIRTUAL_DEVICE
+            default.bound_device_id = virtual_device()
             stack.callback(setattr, default, "bound_device_id", None)
         stack.enter_context(virtual_accelerator())
         return _original(*args, **kwargs)

@@ -21,6 +21,18 @@ def _requirement(requirement_id: str):  # noqa: ANN202 - cached lookup
     raise KeyError(f"no requirement {requirement_id!r} in the spec")
 
 
+def _quiesce(store: Any, rank: int, world_size: int, timeout_s: float) -> None:
+    """Wait (bounded) until every rank has finished the check body, so no rank tears down
+    communicators a peer is still reading from. A rank that never arrives is reported elsewhere."""
+    import datetime
+
+    store.set(f"done/{rank}", b"1")
+    try:
+        store.wait([f"done/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
+    except Exception:  # noqa: BLE001 - a missing peer already produced its own outcome
+        pass
+
+
 def run_check(
     rank: int,
     world_size: int,
@@ -47,7 +59,7 @@ def run_check(
         target.setup(rank, world_size)
         ctx = CheckContext(rank, world_size, target, store, requirement, timeout_s)
         with warnings.catch_warnings():
-            warnings.simplefilter("always")
+            warnings.simplefilter("ignore")  # checks that observe warnings record their own
             fn(ctx)
     except CheckFailed as exc:
         outcome, detail = Outcome.FAIL, str(exc)
@@ -58,6 +70,7 @@ def run_check(
     except Exception as exc:  # noqa: BLE001 - any other exception is the check's error outcome
         outcome, detail, tb = Outcome.ERROR, f"rank {rank}: {type(exc).__name__}: {exc}", traceback.format_exc()
     finally:
+        _quiesce(store, rank, world_size, min(timeout_s, 10.0))
         try:
             target.teardown()
         finally:

@@ -21,6 +21,8 @@ CAPABILITIES: dict[str, str] = {
     "custom_backend": "registering an out-of-tree backend in the rank processes",
     "torchcomms": "the torchcomms integration path",
     "coalesced_p2p": "batch_isend_irecv coalesced into one backend launch",
+    "p2p_tags": "send/recv tags that select among messages (NCCL ignores tags)",
+    "p2p_any_source": "recv(src=None) from whichever peer sends",
     "observe:comms": "communicator creation events",
     "observe:launches": "op launch events (per communicator and stream)",
     "observe:config": "the effective config of a communicator",
@@ -78,6 +80,14 @@ class Target(abc.ABC):
     def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
         """The effective communicator config of ``group``, or None when not observable."""
         return None
+
+    def effective_config_for(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
+        """The effective config of ``group``'s backend for one device type (multi-device groups)."""
+        return None
+
+    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        """Change fields of ``group``'s options object in place (to test copy-vs-alias)."""
+        raise NotImplementedError(f"target {self.name} cannot change a group's options")
 
     def probe(self) -> Probe:
         """This rank's probe."""

@@ -24,7 +24,7 @@ class GlooTarget(Target):
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return frozenset({"custom_backend", "multi_device"})
+        return frozenset({"custom_backend", "multi_device", "p2p_tags", "p2p_any_source"})
 
     @property
     def default_backend(self) -> str:

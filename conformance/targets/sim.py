@@ -8,10 +8,11 @@ from typing import Any
 import torch.distributed as dist
 
 import simulator
+from conformance.outcomes import Skipped
 from conformance.targets.base import Target, WorldSpec
 
 _CAPS = frozenset({
-    "device_binding", "split", "options", "custom_backend",
+    "device_binding", "split", "options", "custom_backend", "torchcomms", "p2p_tags", "p2p_any_source",
     "observe:comms", "observe:launches", "observe:config", "observe:warnings",
 })
 
@@ -39,7 +40,7 @@ class SimTarget(Target):
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return _CAPS | ({"torchcomms"} if self.path == "torchcomms" else set())
+        return _CAPS
 
     @property
     def default_backend(self) -> str:
@@ -55,12 +56,15 @@ class SimTarget(Target):
 
     def init_world(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
                    timeout_s: float) -> dist.ProcessGroup:
+        simulator.Settings.path = spec.extra.get("path", self.path)
         dist.init_process_group(
             spec.backend or self.default_backend, store=store, rank=rank, world_size=world_size,
             timeout=timedelta(seconds=timeout_s), pg_options=spec.pg_options,
         )
         world = dist.group.WORLD
         if spec.mode == "eager":
+            if not isinstance(world, simulator.SimProcessGroup):
+                raise Skipped(f"sim target: eager binding needs a simulator world, not {spec.backend!r}")
             simulator.bind_device(world)
         return world
 
@@ -69,6 +73,12 @@ class SimTarget(Target):
 
     def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
         return group.effective_config() if isinstance(group, simulator.SimProcessGroup) else None
+
+    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        options = group._get_backend(self.device(0)).options
+        for key, value in fields.items():
+            setattr(options, key, value)
+        group.effective_config().update(fields)
 
     def probe(self) -> simulator.events.EventLog:
         return simulator.LOG

@@ -1,0 +1,138 @@
+"""Checks for hint propagation: options reach the communicator, on the NCCL and torchcomms paths."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch.distributed as dist
+
+from conformance.checks.common import expect_allreduce_members, expect_raises
+from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import CheckFailed
+
+OPTIONS: dict[str, Any] = {
+    "is_high_priority_stream": True, "cga_cluster_size": 4, "max_ctas": 16, "min_ctas": 2, "net_name": "IB",
+}
+# Keys torchcomms reads for each option (torchcomms facts: camelCase or snake_case; netName only).
+TORCHCOMMS_KEYS: dict[str, tuple[str, ...]] = {
+    "is_high_priority_stream": ("is_high_priority_stream",),
+    "cga_cluster_size": ("cgaClusterSize", "cga_cluster_size"),
+    "max_ctas": ("maxCTAs", "max_ctas"),
+    "min_ctas": ("minCTAs", "min_ctas"),
+    "net_name": ("netName",),
+}
+
+
+def _config(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> dict[str, Any]:
+    config = ctx.target.effective_config(group)
+    if config is None:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: target reports no effective config for the group")
+    return config
+
+
+def expect_options(ctx: CheckContext, group: dist.ProcessGroup, what: str, expected: dict[str, Any]) -> None:
+    """Every option in ``expected`` has its value in the group's effective config."""
+    config = _config(ctx, group, what)
+    for key, value in expected.items():
+        ctx.expect_equal(f"{what}: effective {key}", value, config.get(key))
+
+
+@check("HINT-INIT-OPTIONS")
+def init_options(ctx: CheckContext) -> None:
+    """Options given at init reach the world communicator."""
+    world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS))
+    expect_options(ctx, world, "init_process_group(pg_options=...)", OPTIONS)
+
+
+@check("HINT-NEWGROUP-OPTIONS")
+def newgroup_options(ctx: CheckContext) -> None:
+    """Options given to new_group reach its communicator."""
+    ctx.init_world("eager")
+    ranks = list(range(ctx.world_size))
+    group = dist.new_group(ranks, pg_options=ctx.target.make_options(**OPTIONS))
+    expect_options(ctx, group, "new_group(pg_options=...)", OPTIONS)
+    expect_allreduce_members(ctx, group, ranks, "new_group with options")
+
+
+@check("HINT-SPLIT-OPTIONS")
+def split_options(ctx: CheckContext) -> None:
+    """Options given to split_group reach the child communicator."""
+    ctx.init_world("eager")
+    child = dist.split_group(split_ranks=[list(range(ctx.world_size))], pg_options=ctx.target.make_options(**OPTIONS))
+    expect_options(ctx, child, "split_group(pg_options=...)", OPTIONS)
+
+
+@check("HINT-SPLIT-INHERIT-COPY")
+def split_inherit_copy(ctx: CheckContext) -> None:
+    """A child split without options copies the parent's; changing it leaves the parent alone."""
+    world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS))
+    child = dist.split_group(split_ranks=[list(range(ctx.world_size))])
+    expect_options(ctx, child, "split_group child without options", OPTIONS)
+    ctx.target.mutate_options(child, max_ctas=OPTIONS["max_ctas"] + 1, net_name="changed-by-child")
+    expect_options(ctx, world, "parent after the child's options changed",
+                   {"max_ctas": OPTIONS["max_ctas"], "net_name": OPTIONS["net_name"]})
+
+
+@check("HINT-TORCHCOMMS-OPTIONS")
+def torchcomms_options(ctx: CheckContext) -> None:
+    """On the torchcomms path, options arrive as hints under names torchcomms reads (or are refused)."""
+    try:
+        world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS), path="torchcomms")
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        ctx.note(f"options refused loudly on the torchcomms path: {type(exc).__name__}: {exc}")
+        return
+    hints = _config(ctx, world, "torchcomms comm").get("hints") or {}
+    for option, value in OPTIONS.items():
+        keys = TORCHCOMMS_KEYS[option]
+        found = {k: hints[k] for k in keys if k in hints}
+        wanted = str(value).lower()
+        ok = any(str(v).lower() == wanted for v in found.values())
+        ctx.expect(ok, f"option {option}={value!r} as a CommOptions hint under {list(keys)}",
+                   wanted, found or f"absent (hints: {dict(hints)})")
+
+
+@check("HINT-INVALID-REFUSED")
+def invalid_refused(ctx: CheckContext) -> None:
+    """Invalid option and hint values are refused naming key and value."""
+    ctx.init_world("eager")
+    ranks = list(range(ctx.world_size))
+    cases = [
+        ({"cga_cluster_size": -1}, "cga_cluster_size", "-1"),
+        ({"max_ctas": "many"}, "max_ctas", "many"),
+        ({"min_ctas": 8, "max_ctas": 4}, "min_ctas", "8"),
+        ({"hints": {"is_high_priority_stream": "maybe"}}, "is_high_priority_stream", "maybe"),
+        ({"hints": {"maxCTAs": "lots"}}, "maxCTAs", "lots"),
+    ]
+    for fields, key, value in cases:
+        expect_raises(ctx, f"new_group with invalid option {fields}",
+                      lambda f=fields: dist.new_group(ranks, pg_options=ctx.target.make_options(**f)),
+                      (ValueError, TypeError, RuntimeError), (key, value))
+    expect_allreduce_members(ctx, dist.group.WORLD, ranks, "world after refused options")
+
+
+@check("HINT-UNKNOWN-WARN")
+def unknown_warn(ctx: CheckContext) -> None:
+    """Unknown hint keys warn, naming the key, and are ignored."""
+    ctx.init_world("eager")
+    ranks = list(range(ctx.world_size))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        group = dist.new_group(ranks, pg_options=ctx.target.make_options(hints={"bogusHint": "1", "netName": "IB"}))
+    named = [str(w.message) for w in caught if "bogusHint" in str(w.message)]
+    ctx.expect(len(named) >= 1, "warnings naming the unknown hint 'bogusHint'", ">= 1",
+               [str(w.message) for w in caught])
+    hints = _config(ctx, group, "new_group with an unknown hint").get("hints", {})
+    ctx.expect("bogusHint" not in hints, "unknown hint in the effective config", "ignored", hints)
+    ctx.expect_equal("known hint netName next to the unknown one", "IB", hints.get("netName"))
+    expect_allreduce_members(ctx, group, ranks, "group with an unknown hint")
+
+
+@check("HINT-DEVICE-SCOPE")
+def device_scope(ctx: CheckContext) -> None:
+    """Options meant for the accelerator backend do not reach the cpu sibling."""
+    world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS))
+    expect_options(ctx, world, "accelerator backend", OPTIONS)
+    cpu_config = ctx.target.effective_config_for(world, "cpu")
+    leaked = {k: v for k, v in (cpu_config or {}).items() if k in OPTIONS and v == OPTIONS[k]}
+    ctx.expect(not leaked, "NCCL options on the cpu backend", "none", leaked)

@@ -1,0 +1,203 @@
+"""Checks for P2P communicator reuse and P2P data semantics."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.distributed as dist
+
+from conformance.checks.common import default_mode, expect_raises, new_comms, ranked_tensor
+from conformance.checks.registry import CheckContext, check
+
+
+def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int) -> None:
+    """For each (src, dst) pair, src sends a tensor naming itself; dst checks what arrived."""
+    works, inbox = [], []
+    for src, dst in pairs:
+        if src == ctx.rank:
+            works.append(dist.isend(ranked_tensor(ctx, salt=salt), dst))
+        if dst == ctx.rank:
+            buf = torch.zeros(8, device=ctx.device)
+            works.append(dist.irecv(buf, src))
+            inbox.append((src, buf))
+    for work in works:
+        work.wait()
+    for src, buf in inbox:
+        expected = torch.arange(8, dtype=torch.float64) + 100 * (src + 1) + 1000 * salt
+        ctx.expect(torch.equal(buf.cpu().double(), expected), f"data received from rank {src} (salt {salt})",
+                   expected.tolist(), buf.tolist())
+
+
+def ring(n: int) -> list[tuple[int, int]]:
+    """Each rank sends to its successor."""
+    return [(r, (r + 1) % n) for r in range(n)]
+
+
+def all_pairs(n: int) -> list[tuple[int, int]]:
+    """Every ordered pair of distinct ranks."""
+    return [(a, b) for a in range(n) for b in range(n) if a != b]
+
+
+def one_f_one_b(ctx: CheckContext, microbatches: int = 4) -> None:
+    """A pipeline schedule: stage r receives activations from r-1, sends to r+1; gradients go back."""
+    n, r = ctx.world_size, ctx.rank
+    act = torch.zeros(8, device=ctx.device)
+    for mb in range(microbatches):
+        if r > 0:
+            dist.recv(act, r - 1)
+            ctx.expect_equal(f"1F1B forward activation {mb} from stage {r - 1}", float(mb * 10 + r - 1), act[0].item())
+        if r < n - 1:
+            dist.send(torch.full((8,), float(mb * 10 + r), device=ctx.device), r + 1)
+    for mb in range(microbatches):
+        if r < n - 1:
+            dist.recv(act, r + 1)
+            ctx.expect_equal(f"1F1B backward gradient {mb} from stage {r + 1}", float(-mb - r - 1), act[0].item())
+        if r > 0:
+            dist.send(torch.full((8,), float(-mb - r), device=ctx.device), r - 1)
+
+
+@check("P2P-EAGER-REUSE")
+def eager_reuse(ctx: CheckContext) -> None:
+    """Eager init: P2P schedules create no communicator beyond the group's own."""
+    ctx.init_world("eager")
+    dist.barrier()
+    since = ctx.probe.mark()
+    _exchange(ctx, all_pairs(ctx.world_size), salt=1)
+    _exchange(ctx, ring(ctx.world_size), salt=2)
+    one_f_one_b(ctx)
+    created = new_comms(ctx, since)
+    ctx.expect(not created, "communicators created by P2P under eager init", "none",
+               [(e["comm"], e["members"], e["mode"]) for e in created])
+    launches = [e for e in ctx.probe.events("launch", since) if e["op"] in ("send", "recv")]
+    ctx.expect(bool(launches), "P2P launches seen by the probe", "some", len(launches))
+
+
+@check("P2P-LAZY-PAIR-COMM")
+def lazy_pair_comm(ctx: CheckContext) -> None:
+    """Lazy init: one 2-rank communicator per unordered pair, created on first use, reused."""
+    ctx.init_world("lazy")
+    since = ctx.probe.mark()
+    for salt in range(3):
+        _exchange(ctx, ring(ctx.world_size), salt=salt)
+    _exchange(ctx, all_pairs(ctx.world_size), salt=9)
+    pairs: dict[tuple[int, ...], list[str]] = {}
+    for event in new_comms(ctx, since):
+        pairs.setdefault(tuple(event["members"]), []).append(event["comm"])
+    peers = sorted({tuple(sorted((ctx.rank, p))) for p in range(ctx.world_size) if p != ctx.rank})
+    ctx.expect_equal("unordered pairs that got a communicator", peers, sorted(pairs))
+    many = {k: v for k, v in pairs.items() if len(v) != 1}
+    ctx.expect(not many, "communicators per unordered pair", 1, many)
+
+
+@check("P2P-LAZY-WARN-ONCE")
+def lazy_warn_once(ctx: CheckContext) -> None:
+    """Lazy init: exactly one warning recommending a device binding."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ctx.init_world("lazy")
+        for salt in range(3):
+            _exchange(ctx, ring(ctx.world_size), salt=salt)
+    about = [str(w.message) for w in caught if "device" in str(w.message).lower()]
+    ctx.expect_equal("warnings recommending a device binding", 1, len(about))
+
+
+@check("P2P-DATA")
+def data(ctx: CheckContext) -> None:
+    """P2P delivers exactly what was sent: dtypes, views, tags, any-source."""
+    ctx.init_world(default_mode(ctx))
+    n, r = ctx.world_size, ctx.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    for dtype in (torch.float32, torch.float64, torch.int64, torch.bfloat16, torch.uint8):
+        out = (torch.arange(6) + r).to(dtype).to(ctx.device)
+        got = torch.zeros(6, dtype=dtype, device=ctx.device)
+        works = [dist.isend(out, nxt), dist.irecv(got, prv)]
+        for w in works:
+            w.wait()
+        ctx.expect_equal(f"{dtype} ring value from rank {prv}", (torch.arange(6) + prv).to(dtype).tolist(), got.tolist())
+    matrix = (torch.arange(24, dtype=torch.float32) + 100 * r).reshape(4, 6).to(ctx.device)
+    view = torch.zeros(4, 6, device=ctx.device)
+    works = [dist.isend(matrix[:, ::2], nxt), dist.irecv(view[:, 1::2], prv)]
+    for w in works:
+        w.wait()
+    expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
+    ctx.expect_equal("non-contiguous view received into a non-contiguous view", expected.tolist(),
+                     view[:, 1::2].cpu().tolist())
+    ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
+    if "p2p_tags" in ctx.target.capabilities:
+        a, b = torch.full((3,), 1.0 + r), torch.full((3,), 2.0 + r)
+        ga, gb = torch.zeros(3), torch.zeros(3)
+        sends = [dist.isend(a, nxt, tag=11), dist.isend(b, nxt, tag=22)]
+        dist.recv(gb, prv, tag=22)
+        dist.recv(ga, prv, tag=11)
+        for w in sends:
+            w.wait()
+        ctx.expect_equal("tag 22 received first", [2.0 + prv] * 3, gb.tolist())
+        ctx.expect_equal("tag 11 received second", [1.0 + prv] * 3, ga.tolist())
+    else:
+        ctx.note("tag matching not checked: the target ignores tags (NCCL)")
+    if "p2p_any_source" in ctx.target.capabilities:
+        if r == 0:
+            seen = set()
+            for _ in range(n - 1):
+                buf = torch.zeros(2)
+                src = dist.recv(buf, src=None)
+                ctx.expect_equal(f"any-source payload from the rank recv reported ({src})", [float(src)] * 2,
+                                 buf.tolist())
+                seen.add(src)
+            ctx.expect_equal("sources matched by recv(src=None)", set(range(1, n)), seen)
+        else:
+            dist.send(torch.full((2,), float(r)), 0)
+    else:
+        ctx.note("recv(src=None) not checked: the target has no any-source receive")
+
+
+@check("P2P-MISMATCH")
+def mismatch(ctx: CheckContext) -> None:
+    """Size or dtype mismatch between send and recv: an error, never silent data."""
+    ctx.init_world(default_mode(ctx))
+    for what, send_t, recv_t in (
+        ("size", torch.ones(4), torch.zeros(8)),
+        ("dtype", torch.ones(4), torch.zeros(4, dtype=torch.float64)),
+    ):
+        if ctx.rank == 0:
+            try:
+                dist.isend(send_t.to(ctx.device), 1).wait()
+            except Exception as exc:  # noqa: BLE001 - the sender may also report the mismatch
+                ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
+        elif ctx.rank == 1:
+            expect_raises(ctx, f"recv with a {what} mismatch against rank 0's send",
+                          lambda t=recv_t: dist.irecv(t.to(ctx.device), 0).wait())
+
+
+@check("P2P-BAD-INPUT")
+def bad_input(ctx: CheckContext) -> None:
+    """Invalid P2P requests are refused with a clear error."""
+    ctx.init_world(default_mode(ctx))
+    n, r = ctx.world_size, ctx.rank
+    t = torch.ones(2, device=ctx.device)
+    expect_raises(ctx, "send to self", lambda: dist.send(t, r))
+    expect_raises(ctx, "send to a peer outside the group", lambda: dist.send(t, n + 3))
+    expect_raises(ctx, "batch_isend_irecv of an empty list", lambda: dist.batch_isend_irecv([]))
+    sub = dist.new_group(list(range(n)))
+    expect_raises(ctx, "batch with ops on two groups", lambda: dist.batch_isend_irecv([
+        dist.P2POp(dist.isend, t, (r + 1) % n), dist.P2POp(dist.irecv, t, (r - 1) % n, group=sub)]),
+        contains=("same group",))
+    expect_raises(ctx, "P2POp built with all_reduce", lambda: dist.P2POp(dist.all_reduce, t, (r + 1) % n))
+    dist.barrier()
+
+
+@check("P2P-SERIALIZATION")
+def serialization(ctx: CheckContext) -> None:
+    """Unbatched P2P to several peers on one communicator: record which stream each ran on."""
+    ctx.init_world("eager")
+    since = ctx.probe.mark()
+    _exchange(ctx, all_pairs(ctx.world_size), salt=3)
+    launches = [e for e in ctx.probe.events("launch", since) if e["op"] in ("send", "recv")]
+    comms = {e["comm"] for e in launches}
+    streams = {e["stream"] for e in launches}
+    ctx.expect_equal("communicators carrying unbatched P2P under eager init", 1, len(comms))
+    ctx.expect(len(streams) >= min(2, ctx.world_size - 1), "streams used for P2P to distinct peers",
+               ">= 2", sorted(streams))
+    ctx.note(f"P2P to {ctx.world_size - 1} peers ran on one communicator over {len(streams)} streams; "
+             "NCCL serializes ops on one communicator even across streams")

@@ -1,0 +1,140 @@
+"""Checks for split-group parent binding."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from conformance.checks.common import expect_allreduce_members, expect_raises, group_shapes, new_comms, world_comm
+from conformance.checks.derived_groups import check_derived_groups
+from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import CheckFailed
+
+
+@check("SPLIT-UNBOUND-REFUSED")
+def unbound_refused(ctx: CheckContext) -> None:
+    """split_group on a lazily initialised world is refused with torch's error."""
+    ctx.init_world("lazy")
+    expect_raises(ctx, "split_group on an unbound parent",
+                  lambda: dist.split_group(split_ranks=[list(range(ctx.world_size))]),
+                  (RuntimeError,), ("No device associated with the default pg",))
+
+
+@check("SPLIT-BOUND-INHERIT")
+def bound_inherit(ctx: CheckContext) -> None:
+    """Children of a bound parent carry its device, in the group and in the communicator."""
+    world = ctx.init_world("eager")
+    parent = world_comm(ctx)
+    since = ctx.probe.mark()
+    child = dist.split_group(split_ranks=[list(range(ctx.world_size))])
+    ctx.expect(child is not None, "split_group of the whole world on a member", "a group", child)
+    ctx.expect_equal("child.bound_device_id", world.bound_device_id, child.bound_device_id)
+    created = new_comms(ctx, since)
+    ctx.expect_equal("communicators created by the split", 1, len(created))
+    ctx.expect_equal("child communicator's device", parent["device"], created[0]["device"])
+    expect_allreduce_members(ctx, child, list(range(ctx.world_size)), "child of the world")
+
+
+@check("SPLIT-MEMBERSHIP")
+def membership(ctx: CheckContext) -> None:
+    """Members get their sorted global ranks, non-members None, for every UCC shape."""
+    ctx.init_world("eager")
+    for shape, groups in group_shapes(ctx.world_size).items():
+        mine = next((sorted(g) for g in groups if ctx.rank in g), None)
+        child = dist.split_group(split_ranks=groups)
+        if mine is None:
+            ctx.expect(child is None, f"shape {shape}: split_group on a non-member", None, child)
+            continue
+        ctx.expect(child is not None, f"shape {shape}: split_group on a member", "a group", child)
+        ctx.expect_equal(f"shape {shape}: child's global ranks", mine, dist.get_process_group_ranks(child))
+        ctx.expect_equal(f"shape {shape}: my rank in the child", mine.index(ctx.rank), dist.get_rank(child))
+        expect_allreduce_members(ctx, child, mine, f"shape {shape}")
+
+
+@check("SPLIT-PARTIAL-NONMEMBER")
+def partial_nonmember(ctx: CheckContext) -> None:
+    """Ranks in no group of a partial split get None, without exception or hang."""
+    ctx.init_world("eager")
+    members = list(range(max(1, ctx.world_size // 2)))
+    try:
+        child = dist.split_group(split_ranks=[members])
+    except Exception as exc:  # noqa: BLE001 - any exception is the failure being checked
+        role = "member" if ctx.rank in members else "non-member"
+        raise CheckFailed(f"rank {ctx.rank}: partial split {members}: {role} raised "
+                          f"{type(exc).__name__}: {exc}") from None
+    if ctx.rank not in members:
+        ctx.expect(child is None, f"partial split {members}: non-member's result", None, child)
+    else:
+        ctx.expect(child is not None, f"partial split {members}: member's result", "a group", child)
+        expect_allreduce_members(ctx, child, members, f"partial split {members}")
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(ctx.world_size)), "world after the partial split")
+
+
+@check("SPLIT-NEWGROUP-SINGLETON")
+def newgroup_singleton(ctx: CheckContext) -> None:
+    """new_group([0]) under eager init: rank 0 gets a working group, the others the non-member value."""
+    ctx.init_world("eager")
+    group = dist.new_group([0])
+    if ctx.rank == 0:
+        ctx.expect(isinstance(group, dist.ProcessGroup), "new_group([0]) on rank 0", "a ProcessGroup", group)
+        expect_allreduce_members(ctx, group, [0], "new_group([0])")
+    else:
+        ctx.expect(group == dist.GroupMember.NON_GROUP_MEMBER, "new_group([0]) on a non-member",
+                   "GroupMember.NON_GROUP_MEMBER", group)
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(ctx.world_size)), "world after new_group([0])")
+
+
+@check("SPLIT-VALIDATION")
+def validation(ctx: CheckContext) -> None:
+    """Bad split lists are refused on every rank; the world stays usable."""
+    ctx.init_world("eager")
+    n = ctx.world_size
+    cases = {
+        "empty split list": [],
+        "an empty group": [[]],
+        "duplicate ranks": [[0, 0]],
+        "a group larger than the world": [list(range(n + 1))],
+        "an out-of-range rank": [[0, n]],
+        "a negative rank": [[0, -1]],
+    }
+    for what, split in cases.items():
+        expect_raises(ctx, f"split_group with {what} {split}", lambda s=split: dist.split_group(split_ranks=s),
+                      (ValueError,))
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after refused splits")
+
+
+@check("SPLIT-NEWGROUP-NAMES")
+def newgroup_names(ctx: CheckContext) -> None:
+    """Groups made twice from the same ranks have distinct names and both work."""
+    ctx.init_world("eager")
+    ranks = list(range(ctx.world_size))
+    made = [dist.new_group(ranks), dist.new_group(ranks), dist.split_group(split_ranks=[ranks]),
+            dist.split_group(split_ranks=[ranks])]
+    names = [g.group_name for g in made]
+    ctx.expect(len(set(names)) == len(names), "group names of repeated groups", "all distinct", names)
+    for i, group in enumerate(made):
+        expect_allreduce_members(ctx, group, ranks, f"repeated group #{i}")
+
+
+@check("SPLIT-LINEAGE")
+def lineage(ctx: CheckContext) -> None:
+    """Children of an eager parent are split from the parent's communicator."""
+    ctx.init_world("eager")
+    parent = world_comm(ctx)
+    since = ctx.probe.mark()
+    dist.split_group(split_ranks=[list(range(ctx.world_size))])
+    dist.new_group(list(range(ctx.world_size)))
+    created = new_comms(ctx, since)
+    ctx.expect_equal("communicators created by split_group + new_group", 2, len(created))
+    for event in created:
+        ctx.expect_equal(f"parent of communicator {event['comm']}", parent["comm"], event["parent"])
+        ctx.expect_equal(f"creation mode of communicator {event['comm']}", "split", event["mode"])
+
+
+@check("SPLIT-DERIVED-GROUPS")
+def derived_groups(ctx: CheckContext) -> None:
+    """Derived groups keep their source's members for every order and offset."""
+    ctx.init_world("eager" if "device_binding" in ctx.target.capabilities else "lazy")
+    check_derived_groups(ctx)
+    t = torch.ones(1, device=ctx.device)
+    dist.all_reduce(t)

@@ -1,0 +1,161 @@
+"""Turn a torch flight-recorder dump into ``launch`` events.
+
+The dump is what ``torch._C._distributed_c10d._dump_nccl_trace()`` (CUDA builds) or
+``_dump_fr_trace()`` return: a pickled dict, or JSON from the ``*_json`` variants, with
+``version``, ``pg_config``, ``pg_status`` and ``entries``. Each entry has ``record_id``,
+``process_group`` ((name, desc)), ``profiling_name`` ("nccl:all_reduce",
+"nccl:send 0->1", "nccl:coalesced", "nccl:allreduce_coalesced", ...),
+``collective_seq_id``, ``p2p_seq_id``, ``is_p2p``, ``input_sizes`` and ``state``.
+
+How launches are formed: ProcessGroupNCCL records each op of a coalescing block (a
+``_coalescing_manager`` block or a batch_isend_irecv) with the block's sequence id and
+ends the block with a ``<backend>:coalesced`` entry carrying the same id; that is one
+launch with ``ops`` = the number of member entries. A ``*_coalesced`` entry (the
+tensor-list fast path) is one launch with ``ops`` = its number of input tensors. Any
+other entry is one launch of one op.
+
+What it cannot see: which NCCL communicator ran the op (the recorder keys entries by
+process group, so ``comm`` is the process group name and a P2P pair communicator is not
+told apart from the group's own), the stream, and entries the ring buffer
+(TORCH_FR_BUFFER_SIZE) has already overwritten. Gloo records a coalesced block as one
+plain entry with several input sizes and no marker, so it reads as one non-coalesced op.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+from conformance.probe import Event
+
+# Recorder op names (after the "<backend>:" prefix) -> the probe's op names.
+_OPS = {
+    "all_reduce": "allreduce",
+    "allreduce": "allreduce",
+    "allreduce_coalesced": "allreduce",
+    "all_gather": "allgather",
+    "allgather": "allgather",
+    "_allgather_base": "allgather_into_tensor",
+    "all_gather_into_tensor": "allgather_into_tensor",
+    "all_gather_into_tensor_coalesced": "allgather_into_tensor",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "reduce_scatter_tensor": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "all_to_all": "alltoall",
+    "all_to_all_base": "alltoall",
+}
+
+
+def load_dump(data: bytes | str | dict[str, Any]) -> dict[str, Any]:
+    """A dump as a dict, from pickle bytes, JSON bytes or text, or an already loaded dict."""
+    if isinstance(data, dict):
+        return data
+    # Pickle protocol 2+ starts with 0x80; the rank's own torch produced these bytes.
+    loaded = pickle.loads(data) if isinstance(data, bytes) and data[:1] == b"\x80" else json.loads(data)
+    if not isinstance(loaded, dict) or ("entries" not in loaded and "version" not in loaded):
+        raise ValueError("not a flight-recorder dump: expected a dict with 'version' and 'entries'")
+    return loaded
+
+
+def _split_name(profiling_name: str) -> tuple[str | None, str]:
+    backend, sep, rest = profiling_name.partition(":")
+    if not sep:
+        return None, profiling_name.split(" ", maxsplit=1)[0]
+    return backend, rest.split(" ", maxsplit=1)[0]
+
+
+def _op(raw: str) -> str:
+    return _OPS.get(raw, raw)
+
+
+def _is_p2p(entry: dict[str, Any], raw: str) -> bool:
+    if "is_p2p" in entry:
+        return bool(entry["is_p2p"])
+    return raw in ("send", "recv")
+
+
+def _group(entry: dict[str, Any]) -> tuple[str | None, str | None]:
+    pg = entry.get("process_group")
+    if isinstance(pg, (list, tuple)) and len(pg) == 2:
+        return str(pg[0]), str(pg[1])
+    return None, None
+
+
+def _same_block(member: dict[str, Any], raw: str, terminator: dict[str, Any]) -> bool:
+    """Whether ``member`` belongs to the block ``terminator`` (a "coalesced" entry) ends."""
+    if raw == "coalesced" or _group(member)[0] != _group(terminator)[0]:
+        return False
+    key = "p2p_seq_id" if _is_p2p(member, raw) else "collective_seq_id"
+    return member.get(key) == terminator.get(key)
+
+
+def _block_op(members: list[str]) -> str:
+    if not members:
+        return "coalesced"
+    if len(set(members)) == 1:
+        return members[0]
+    return "sendrecv" if set(members) <= {"send", "recv"} else "mixed"
+
+
+def _valid(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("profiling_name"), str) and (
+        _group(entry)[0] is not None
+    )
+
+
+def _launch(entry: dict[str, Any], op: str, ops: int, coalesced: bool, backend: str | None) -> Event:
+    name, desc = _group(entry)
+    return {
+        "kind": "launch",
+        "comm": name,
+        "group_desc": desc,
+        "op": op,
+        "ops": ops,
+        "stream": None,
+        "device": None,
+        "backend": backend,
+        "coalesced": coalesced,
+        "seq": entry.get("collective_seq_id"),
+        "p2p_seq": entry.get("p2p_seq_id"),
+        "record_id": entry.get("record_id"),
+        "state": entry.get("state"),
+        "profiling_name": entry["profiling_name"],
+    }
+
+
+def launch_events(dump: dict[str, Any], after_record_id: int = -1) -> list[Event]:
+    """``launch`` events of the entries whose record_id exceeds ``after_record_id``, in record order.
+
+    Malformed entries (no profiling_name, no process_group) are skipped.
+    """
+    entries = [e for e in dump.get("entries", []) if _valid(e)]
+    member_of: dict[int, int] = {}
+    for i, entry in enumerate(entries):
+        backend, raw = _split_name(entry["profiling_name"])
+        if raw != "coalesced":
+            continue
+        j = i - 1
+        while j >= 0 and j not in member_of:
+            prev = entries[j]
+            prev_raw = _split_name(prev["profiling_name"])[1]
+            if not _same_block(prev, prev_raw, entry):
+                break
+            member_of[j] = i
+            j -= 1
+    events: list[Event] = []
+    for i, entry in enumerate(entries):
+        record_id = entry.get("record_id", i)
+        if i in member_of or (isinstance(record_id, int) and record_id <= after_record_id):
+            continue
+        backend, raw = _split_name(entry["profiling_name"])
+        if raw == "coalesced":
+            names = [entries[j]["profiling_name"] for j in sorted(member_of) if member_of[j] == i]
+            members = [_op(_split_name(n)[1]) for n in names]
+            events.append(_launch(entry, _block_op(members), len(members), True, backend))
+        elif raw.endswith("_coalesced"):
+            events.append(_launch(entry, _op(raw), len(entry.get("input_sizes") or []), True, backend))
+        else:
+            events.append(_launch(entry, _op(raw), 1, False, backend))
+    return events

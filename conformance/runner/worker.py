@@ -1,0 +1,95 @@
+"""The rank process: connect to the pool's store once, then run tasks the parent sends over a pipe.
+
+Protocol (pickled tuples over one duplex pipe per rank):
+  parent -> worker  ("store", port)                      once, right after start
+  worker -> parent  ("ready",)                           once, after connecting to the store
+  parent -> worker  ("run", run_id, "pkg.mod:fn", kwargs)
+  worker -> parent  ("done", run_id, status, value, error, traceback, duration_s)
+EOF on the pipe, or the parent process going away, ends the worker.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+LOOPBACK = "127.0.0.1"
+SHM_PREFIX_ENV = "CONFORMANCE_SHM_PREFIX"
+WATCH_THREAD_NAME = "cfm-parent-watch"
+_PARENT_POLL_S = 0.2
+
+_tasks: dict[str, Callable[..., Any]] = {}
+
+
+def _load(task: str) -> Callable[..., Any]:
+    """Resolve ``"package.module:function"``, importing the module once per process."""
+    fn = _tasks.get(task)
+    if fn is None:
+        module, _, name = task.partition(":")
+        if not name:
+            raise ValueError(f"task {task!r} is not of the form 'package.module:function'")
+        fn = _tasks[task] = getattr(importlib.import_module(module), name)
+    return fn
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit at once when the parent dies (we are re-parented), even mid-task."""
+    while os.getppid() == parent_pid:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
+
+
+def _run_one(rank: int, world_size: int, client: dist.Store, msg: tuple) -> tuple:
+    _, run_id, task, kwargs = msg
+    store = dist.PrefixStore(f"run{run_id}/", client)
+    started = time.perf_counter()
+    try:
+        value = _load(task)(rank=rank, world_size=world_size, store=store, **kwargs)
+        status, error, tb = "ok", "", ""
+    except BaseException as exc:  # a task's SystemExit is reported, not obeyed
+        value, status = None, "raised"
+        error, tb = f"{type(exc).__name__}: {exc}", traceback.format_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return ("done", run_id, status, value, error, tb, time.perf_counter() - started)
+
+
+def _send_result(conn: Any, result: tuple) -> None:
+    try:
+        conn.send(result)
+    except Exception as exc:  # e.g. an unpicklable return value; the pipe is untouched
+        done, run_id, _, _, _, _, duration = result
+        error = f"task result could not be sent: {type(exc).__name__}: {exc}"
+        conn.send((done, run_id, "raised", None, error, traceback.format_exc(), duration))
+
+
+def main(
+    rank: int, conn: Any, *, world_size: int, parent_pid: int, env: dict[str, str], stack_path: str
+) -> None:
+    """Entry point of one rank process (the ``multiprocess.Process`` target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked copy of the parent's handler must not run here
+    os.environ.update(env)
+    stack_file = open(stack_path, "w")  # noqa: SIM115 - faulthandler writes to it for the process lifetime
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name=WATCH_THREAD_NAME, daemon=True).start()
+    try:
+        _, port = conn.recv()
+        client = dist.TCPStore(LOOPBACK, port, is_master=False, wait_for_workers=False)
+        conn.send(("ready",))
+        while True:
+            msg = conn.recv()
+            _send_result(conn, _run_one(rank, world_size, client, msg))
+    except (EOFError, OSError):
+        pass  # the parent closed the pipe: we are done

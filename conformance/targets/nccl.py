@@ -1,0 +1,243 @@
+"""The NCCL target: real torch.distributed with ProcessGroupNCCL on CUDA devices.
+
+A world is ``cpu:gloo,cuda:nccl`` (or ``spec.backend``); eager mode binds the rank's
+device (``device_id``), lazy mode does not. Rank r uses ``cuda:<LOCAL_RANK>`` under
+torchrun, else ``cuda:<r>`` (one host, one GPU per rank).
+
+The probe (``NcclProbe``) sees:
+
+- ``comm_created``: from this rank's NCCL debug log (setup() sets NCCL_DEBUG=INFO,
+  NCCL_DEBUG_SUBSYS=INIT,ENV and a per-process NCCL_DEBUG_FILE). Every communicator that
+  completes init, with its pointer as ``comm``, rank, nranks, cuda device, the parent of
+  a split, and the config fields the caller set (see conformance.gpu.nccl_log). ``group``
+  and ``members`` are filled only for communicators a live process group reports through
+  ``_comm_ptr()`` (its default-device communicator); P2P pair communicators and
+  communicators of destroyed groups keep None. ``mode`` is "split" for a split, else None.
+- ``launch``: from the torch flight recorder (TORCH_FR_BUFFER_SIZE), when this torch
+  build can dump it. ``comm`` is the process group name, not the NCCL communicator, and
+  there is no stream (see conformance.gpu.flight_recorder).
+
+It cannot see: communicators created before setup() or in a process where NCCL read its
+debug environment earlier (NCCL reads it once per process, at its first call), destroyed
+communicators, warnings (NCCL logs them as WARN, which is not parsed), or ops issued
+outside torch. The flight recorder's size is read once per process too: a rank process
+that used c10d before setup() may have a recorder of size 0 and then shows no launches.
+A NCCL_DEBUG_FILE the user set is kept and must be a plain path (no %h/%p patterns).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from conformance.gpu.flight_recorder import launch_events, load_dump
+from conformance.gpu.nccl_log import parse_nccl_log_file
+from conformance.probe import Event
+from conformance.targets.base import Target, WorldSpec
+
+_OPTION_FIELDS = ("cga_cluster_size", "max_ctas", "min_ctas", "net_name")
+_NCCL_CONFIG_UNDEF_INT = -(2**31)  # NCCL_CONFIG_UNDEF_INT: a config field left unset
+FR_BUFFER_SIZE = "2000"
+
+
+def local_rank(rank: int) -> int:
+    """The rank's device index: LOCAL_RANK (torchrun) if set, else the global rank."""
+    return int(os.environ.get("LOCAL_RANK", rank))
+
+
+def _dump_fn() -> Any:
+    c10d = torch._C._distributed_c10d
+    return getattr(c10d, "_dump_nccl_trace", None) or getattr(c10d, "_dump_fr_trace", None)
+
+
+def flight_recorder_usable() -> bool:
+    """Whether this torch build can dump the flight recorder."""
+    return _dump_fn() is not None
+
+
+def _dump() -> dict[str, Any]:
+    fn = _dump_fn()
+    return load_dump(fn(includeCollectives=True, includeStackTraces=False, onlyActive=False))
+
+
+def _debug_file(rank: int) -> Path:
+    return Path(tempfile.gettempdir()) / "conformance-nccl" / f"rank{rank}-pid{os.getpid()}.log"
+
+
+def _comm_groups() -> dict[str, tuple[str, list[int]]]:
+    """Live process groups by their default CUDA communicator pointer (lower-case hex)."""
+    found: dict[str, tuple[str, list[int]]] = {}
+    if not dist.is_initialized():
+        return found
+    for group, name in list(dist.distributed_c10d._world.pg_names.items()):
+        try:
+            ptr = group._get_backend(torch.device("cuda"))._comm_ptr()
+            found[hex(int(ptr))] = (name, sorted(dist.get_process_group_ranks(group)))
+        except Exception:  # no CUDA backend, comm not initialised yet, or no _comm_ptr
+            continue
+    return found
+
+
+class NcclProbe:
+    """Comm creation from the rank's NCCL log, launches from the flight recorder (see module doc)."""
+
+    def __init__(self, log_path: Path, with_launches: bool) -> None:
+        self.observes = frozenset({"comm_created", "launch"} if with_launches else {"comm_created"})
+        self._log_path = log_path
+        self._log_offset = log_path.stat().st_size if log_path.exists() else 0
+        self._with_launches = with_launches
+        self._last_record = self._latest_record() if with_launches else -1
+        self._comms_seen = 0
+        self._events: list[Event] = []
+
+    def _latest_record(self) -> int:
+        ids = [e.get("record_id", -1) for e in _dump().get("entries", [])]
+        return max([i for i in ids if isinstance(i, int)], default=-1)
+
+    def _refresh(self) -> None:
+        comms = parse_nccl_log_file(self._log_path, self._log_offset)
+        owners = _comm_groups() if len(comms) > self._comms_seen else {}
+        for event in comms[self._comms_seen:]:
+            if event["comm"] in owners:
+                event["group"], event["members"] = owners[event["comm"]]
+            self._events.append(event)
+        self._comms_seen = len(comms)
+        if self._with_launches:
+            launches = launch_events(_dump(), self._last_record)
+            self._events.extend(launches)
+            if launches:
+                self._last_record = max(e["record_id"] for e in launches)
+
+    def events(self, kind: str | None = None, since: int = 0) -> list[Event]:
+        """Events recorded since setup (of one kind, from index ``since``)."""
+        self._refresh()
+        return [e for e in self._events[since:] if kind is None or e["kind"] == kind]
+
+    def mark(self) -> int:
+        """An index to pass as ``since`` to see only later events."""
+        self._refresh()
+        return len(self._events)
+
+
+class NcclTarget(Target):
+    """torch.distributed with ProcessGroupNCCL, one CUDA device per rank."""
+
+    name = "nccl"
+    gpu = True
+
+    def __init__(self) -> None:
+        self._probe: NcclProbe | None = None
+
+    def unavailable_reason(self) -> str | None:
+        """None when CUDA and NCCL are usable here."""
+        if not torch.cuda.is_available():
+            return f"no CUDA device visible (torch {torch.__version__} build)"
+        if not dist.is_nccl_available():
+            return f"torch {torch.__version__} was built without NCCL"
+        return None
+
+    def unavailable_reason_for(self, world_size: int) -> str | None:
+        """As unavailable_reason, and also None only if this host has a GPU per local rank."""
+        reason = self.unavailable_reason()
+        if reason:
+            return reason
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        visible = torch.cuda.device_count()
+        if local_size > visible:
+            return f"world size {world_size} needs {local_size} GPUs on this host, {visible} visible"
+        return None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """Binding, split, options, two device types; observation per the probe."""
+        caps = {"device_binding", "split", "options", "multi_device", "coalesced_p2p",
+                "observe:comms", "observe:config"}
+        if flight_recorder_usable():
+            caps.add("observe:launches")
+        return frozenset(caps)
+
+    @property
+    def default_backend(self) -> str:
+        """Gloo for CPU tensors, NCCL for CUDA ones."""
+        return "cpu:gloo,cuda:nccl"
+
+    def device(self, rank: int) -> torch.device:
+        """cuda:<local rank>."""
+        return torch.device("cuda", local_rank(rank))
+
+    def setup(self, rank: int, world_size: int) -> None:
+        """Route NCCL's INIT/ENV log to a per-process file and enable the flight recorder."""
+        os.environ.setdefault("NCCL_DEBUG_FILE", str(_debug_file(rank)))
+        if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+            os.environ["NCCL_DEBUG"] = "INFO"
+        subsys = {s for s in os.environ.get("NCCL_DEBUG_SUBSYS", "").upper().split(",") if s}
+        if "ALL" not in subsys:
+            os.environ["NCCL_DEBUG_SUBSYS"] = ",".join(sorted(subsys | {"INIT", "ENV"}))
+        if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:  # the name torch 2.13 deprecates
+            os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
+        log_path = Path(os.environ["NCCL_DEBUG_FILE"])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._probe = NcclProbe(log_path, flight_recorder_usable())
+
+    def init_world(
+        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
+    ) -> dist.ProcessGroup:
+        """init_process_group on the store; eager binds cuda:<local rank> as device_id."""
+        if spec.mode not in ("eager", "lazy"):
+            raise ValueError(f"unknown world mode {spec.mode!r}; expected 'eager' or 'lazy'")
+        device = self.device(rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(
+            backend=spec.backend or self.default_backend,
+            store=store,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+            pg_options=spec.pg_options,
+            device_id=device if spec.mode == "eager" else None,
+        )
+        return dist.group.WORLD
+
+    def make_options(self, **fields: Any) -> Any:
+        """A ProcessGroupNCCL.Options with is_high_priority_stream and NCCL config fields set."""
+        opts = dist.ProcessGroupNCCL.Options()
+        for key, value in fields.items():
+            if key == "is_high_priority_stream":
+                opts.is_high_priority_stream = value
+            elif key in _OPTION_FIELDS:
+                setattr(opts.config, key, value)
+            else:
+                raise ValueError(
+                    f"ProcessGroupNCCL.Options has no field {key!r}; known: is_high_priority_stream, "
+                    + ", ".join(_OPTION_FIELDS)
+                )
+        return opts
+
+    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
+        """The options of the group's CUDA backend; NCCL's 'unset' marker reads as None."""
+        opts = group._get_backend(torch.device("cuda")).options
+        config: dict[str, Any] = {"is_high_priority_stream": opts.is_high_priority_stream}
+        for key in _OPTION_FIELDS:
+            value = getattr(opts.config, key, None)
+            config[key] = None if value == _NCCL_CONFIG_UNDEF_INT else value
+        return config
+
+    def probe(self) -> NcclProbe:
+        """This rank's probe; setup() must have run."""
+        if self._probe is None:
+            raise RuntimeError(f"target {self.name}: probe() called before setup()")
+        return self._probe
+
+    def environment(self) -> dict[str, Any]:
+        """torch, CUDA and NCCL versions and the GPU model."""
+        env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+        if torch.cuda.is_available():
+            env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            env["gpu"] = torch.cuda.get_device_name(0)
+        return env

@@ -1,0 +1,128 @@
+"""The torchcomms target: torch.distributed with ``config.use_torchcomms`` on, over NCCL.
+
+torch 2.13 then builds each device backend as ``torchcomms.new_comm(...)`` wrapped in
+``_BackendWrapper`` instead of ProcessGroupNCCL. Worlds, devices, options objects and the
+probe are the NCCL target's (see conformance.targets.nccl): the NCCL debug log still shows
+the communicators torchcomms' nccl backend creates. Launches come from torch's flight
+recorder, which on this path is fed by the ``torchcomms.hooks.FlightRecorderHook`` torch
+registers; if that hook records elsewhere the probe shows no launches.
+
+``effective_config`` reports what the torchcomms communicator actually got: the hints of
+``get_comm().get_options()``, and the option fields read from the spellings torchcomms'
+nccl backend recognises (``is_high_priority_stream``, ``cgaClusterSize``/
+``cga_cluster_size``, ``maxCTAs``/``max_ctas``, ``minCTAs``/``min_ctas``, ``netName``
+only). A field with no such hint is None: the ProcessGroupNCCL option did not arrive.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.config as dist_config
+
+from conformance.targets.base import WorldSpec
+from conformance.targets.nccl import NcclTarget
+
+# Options field -> the hint keys torchcomms' nccl backend reads for it.
+_HINT_KEYS: dict[str, tuple[str, ...]] = {
+    "is_high_priority_stream": ("is_high_priority_stream",),
+    "cga_cluster_size": ("cgaClusterSize", "cga_cluster_size"),
+    "max_ctas": ("maxCTAs", "max_ctas"),
+    "min_ctas": ("minCTAs", "min_ctas"),
+    "net_name": ("netName",),
+}
+_TRUE = ("1", "true", "yes", "y")
+_FALSE = ("0", "false", "no", "n")
+
+
+def _missing_integration() -> list[str]:
+    """The names torch 2.13 needs from torchcomms that this install lacks."""
+    missing = []
+    wrapper = False
+    for module in ("torchcomms._comms", "torchcomms._backend_wrapper"):
+        try:
+            wrapper = wrapper or hasattr(importlib.import_module(module), "_BackendWrapper")
+        except Exception:  # the module is absent or fails to import: try the other one
+            continue
+    if not wrapper:
+        missing.append("torchcomms._comms._BackendWrapper")
+    torchcomms = importlib.import_module("torchcomms")
+    if not hasattr(torchcomms, "new_comm"):
+        missing.append("torchcomms.new_comm")
+    try:
+        if not hasattr(importlib.import_module("torchcomms.hooks"), "FlightRecorderHook"):
+            missing.append("torchcomms.hooks.FlightRecorderHook")
+    except Exception:
+        missing.append("torchcomms.hooks.FlightRecorderHook")
+    return missing
+
+
+def _hint_value(text: str) -> Any:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+class TorchcommsTarget(NcclTarget):
+    """torch.distributed over torchcomms' nccl backend (torch's use_torchcomms path)."""
+
+    name = "torchcomms"
+
+    def unavailable_reason(self) -> str | None:
+        """None when torchcomms imports with what torch needs, torch enabled it, and CUDA is usable."""
+        try:
+            importlib.import_module("torchcomms")
+        except Exception as exc:  # the PyPI placeholder raises ImportError on import
+            return f"torchcomms does not import: {type(exc).__name__}: {exc}"
+        missing = _missing_integration()
+        if missing:
+            return f"torchcomms lacks what torch {torch.__version__} needs: {', '.join(missing)}"
+        if not getattr(dist.distributed_c10d, "_TORCHCOMM_AVAILABLE", False):
+            return f"torch {torch.__version__} did not enable its torchcomms path (its import of it failed)"
+        return super().unavailable_reason()
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The NCCL target's, plus the torchcomms path."""
+        return super().capabilities | {"torchcomms"}
+
+    def init_world(
+        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
+    ) -> dist.ProcessGroup:
+        """As NcclTarget, with use_torchcomms on and TORCHCOMM_RANK/SIZE seeded."""
+        dist_config.use_torchcomms = True
+        os.environ["TORCHCOMM_RANK"] = str(rank)
+        os.environ["TORCHCOMM_SIZE"] = str(world_size)
+        return super().init_world(store, rank, world_size, spec, timeout_s)
+
+    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
+        """The hints the group's torchcomms communicator got, read as option fields (module doc)."""
+        backend = group._get_backend(torch.device("cuda"))
+        if not hasattr(backend, "get_comm"):
+            return super().effective_config(group)
+        hints = dict(backend.get_comm().get_options().hints)
+        config: dict[str, Any] = {"hints": hints}
+        for field, keys in _HINT_KEYS.items():
+            raw = next((hints[k] for k in keys if k in hints), None)
+            config[field] = None if raw is None else _hint_value(raw)
+        return config
+
+    def environment(self) -> dict[str, Any]:
+        """The NCCL target's versions plus torchcomms'."""
+        env = super().environment()
+        try:
+            env["torchcomms"] = version("torchcomms")
+        except PackageNotFoundError:
+            env["torchcomms"] = None
+        return env
