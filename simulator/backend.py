@@ -70,15 +70,15 @@ class SimProcessGroup(dist.ProcessGroup):
         self._name = ""
 
     # --- identity --------------------------------------------------------------------------
-    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+    def getBackendName(self) -> str:
         """The backend's name."""
         return "sim"
 
-    def setGroupName(self, name: str) -> None:  # noqa: N802 - torch's name
+    def setGroupName(self, name: str) -> None:
         """Called by torch with the group's name."""
         self._name = name
 
-    def getGroupName(self) -> str:  # noqa: N802 - torch's name
+    def getGroupName(self) -> str:
         """The group's name."""
         return self._name
 
@@ -361,12 +361,12 @@ class SimProcessGroup(dist.ProcessGroup):
         fut = comm.launch(op, lambda f: fn(f, local_peer), stream=stream)
         return SimWork(fut, source_rank=peer, p2p=True)
 
-    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimWork | None:  # noqa: N803
+    def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimWork | None:
         """Buffered send to group rank dstRank."""
         t = tensors[0]
         return self._p2p("send", dstRank, lambda f, p: f.send(t, p, tag))
 
-    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> SimWork | None:  # noqa: N803
+    def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> SimWork | None:
         """Receive from group rank srcRank."""
         t = tensors[0]
         return self._p2p("recv", srcRank, lambda f, p: (f.recv(t, p, tag), srcRank)[1])

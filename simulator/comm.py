@@ -43,7 +43,7 @@ def rendezvous(store: dist.Store, key: str, rank: int, members: list[int], timeo
         ) from None
 
 
-def _timedelta(seconds: float):  # noqa: ANN202
+def _timedelta(seconds: float):
     import datetime
 
     return datetime.timedelta(seconds=seconds)

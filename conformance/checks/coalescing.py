@@ -190,4 +190,5 @@ def raise_midway(ctx: CheckContext) -> None:
             raise KeyError("raised inside the block on purpose")
     except KeyError:
         pass
-    expect_allreduce_members(ctx, dist.group.WORLD, list(range(ctx.world_size)), "first all_reduce after the block raised")
+    ranks = list(range(ctx.world_size))
+    expect_allreduce_members(ctx, dist.group.WORLD, ranks, "first all_reduce after the block raised")

@@ -27,13 +27,13 @@ class _RecordingGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._name = ""
 
-    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+    def getBackendName(self) -> str:
         return "cfmrec"
 
-    def setGroupName(self, name: str) -> None:  # noqa: N802 - torch's name
+    def setGroupName(self, name: str) -> None:
         self._name = name
 
-    def getGroupName(self) -> str:  # noqa: N802 - torch's name
+    def getGroupName(self) -> str:
         return self._name
 
     def shutdown(self) -> None:
@@ -52,7 +52,8 @@ def _recording_creator(seen: list[tuple[Any, Any]]) -> Any:
 def device_routing(ctx: CheckContext) -> None:
     """One backend per device type of a qualified string; ops run on their device's backend."""
     name = _backend_name(ctx)
-    world = ctx.init_world(backend=f"cpu:gloo,{ctx.device.type}:{name}" if ctx.device.type != "cpu" else "cpu:gloo,cuda:gloo")
+    accelerator = ctx.device.type if ctx.device.type != "cpu" else "cuda"
+    world = ctx.init_world(backend=f"cpu:gloo,{accelerator}:{name if ctx.device.type != 'cpu' else 'gloo'}")
     types = {d.type for d in world._device_types}
     ctx.expect({"cpu"} <= types and len(types) >= 2, "device types of the world", ">= {cpu, accelerator}", types)
     backends = {t: world._get_backend(torch.device(t)) for t in types}

@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import expect_allreduce_members, expect_raises, group_shapes, new_comms, world_comm
+from conformance.checks.common import (
+    expect_allreduce_members,
+    expect_raises,
+    group_shapes,
+    new_comms,
+    world_comm,
+)
 from conformance.checks.derived_groups import check_derived_groups
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed

@@ -16,7 +16,7 @@ def _torchcomms_version() -> str | None:
     # The PyPI "torchcomms" is a placeholder whose import raises; treat any failure as absent.
     try:
         import torchcomms
-    except Exception:
+    except Exception:  # noqa: BLE001
         return None
     return str(getattr(torchcomms, "__version__", "unknown"))
 
@@ -28,7 +28,7 @@ def _driver_version() -> str | None:
         pynvml.nvmlInit()
         version = pynvml.nvmlSystemGetDriverVersion()
         return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:
+    except Exception:  # noqa: BLE001
         pass
     smi = shutil.which("nvidia-smi")
     if smi is None:
@@ -48,7 +48,7 @@ def _cuda_fields() -> dict[str, Any]:
         return {"nccl": None, "cuda": None, "driver": None, "gpu": None, "gpu_count": 0}
     try:
         nccl = ".".join(str(p) for p in torch.cuda.nccl.version())
-    except Exception:
+    except Exception:  # noqa: BLE001
         nccl = None
     return {
         "nccl": nccl,

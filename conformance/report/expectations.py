@@ -8,11 +8,11 @@ is a stale waiver.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import torch
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 import warnings
@@ -14,7 +15,7 @@ from conformance.spec import load_catalog
 from conformance.targets import make_target
 
 
-def _requirement(requirement_id: str):  # noqa: ANN202 - cached lookup
+def _requirement(requirement_id: str):
     for req in load_catalog():
         if req.id == requirement_id:
             return req
@@ -27,7 +28,7 @@ def _quiesce(store: Any, rank: int, world_size: int, timeout_s: float) -> None:
     import datetime
 
     store.set(f"done/{rank}", b"1")
-    try:
+    try:  # noqa: SIM105
         store.wait([f"done/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
     except Exception:  # noqa: BLE001 - a missing peer already produced its own outcome
         pass
@@ -41,6 +42,7 @@ def run_check(
     target_name: str,
     target_options: dict[str, Any] | None = None,
     timeout_s: float = 60.0,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the check bound to ``requirement_id`` on this rank; return a picklable rank outcome.
 
@@ -49,7 +51,8 @@ def run_check(
     check changes (backend registration, config flags, default group) is restored after it.
     """
     started = time.perf_counter()
-    state = ProcessState.capture()
+    state = ProcessState.capture(extra_env=tuple(env or ()))
+    os.environ.update(env or {})
     target = make_target(target_name, target_options)
     outcome, detail, tb = Outcome.PASS, "", ""
     ctx = None

@@ -72,7 +72,8 @@ def aggregate(reports: list[RankReport]) -> tuple[Outcome, str, list[dict[str, A
 
 
 def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_size: int, *,
-             target_options: dict[str, Any] | None = None, timeout_s: float = 60.0) -> Result:
+             target_options: dict[str, Any] | None = None, timeout_s: float = 60.0,
+             env: dict[str, str] | None = None) -> Result:
     """Run ``requirement`` on ``target_name`` at ``world_size`` and return its Result."""
     started = time.perf_counter()
     decided = precheck(requirement, target_name, target_options, world_size)
@@ -84,7 +85,7 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
         reports = pools.get(world_size).run(
             TASK,
             {"requirement_id": requirement.id, "target_name": target_name,
-             "target_options": target_options, "timeout_s": timeout_s},
+             "target_options": target_options, "timeout_s": timeout_s, "env": env},
             timeout_s + 15.0,
         )
         outcome, detail, ranks = aggregate(reports)

@@ -295,7 +295,7 @@ class RankPool:
                 msg = w.conn.recv()
             except (EOFError, OSError):
                 msg = None
-            except Exception as exc:  # the result arrived but does not unpickle here
+            except Exception as exc:  # the result arrived but does not unpickle here  # noqa: BLE001
                 return RankReport(w.rank, "raised", error=f"unreadable result: {type(exc).__name__}: {exc}",
                                   duration_s=time.monotonic() - started)
             if msg is not None:

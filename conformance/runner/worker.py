@@ -56,7 +56,7 @@ def _run_one(rank: int, world_size: int, client: dist.Store, msg: tuple) -> tupl
     try:
         value = _load(task)(rank=rank, world_size=world_size, store=store, **kwargs)
         status, error, tb = "ok", "", ""
-    except BaseException as exc:  # a task's SystemExit is reported, not obeyed
+    except BaseException as exc:  # a task's SystemExit is reported, not obeyed  # noqa: BLE001
         value, status = None, "raised"
         error, tb = f"{type(exc).__name__}: {exc}", traceback.format_exc()
     finally:
@@ -68,7 +68,7 @@ def _run_one(rank: int, world_size: int, client: dist.Store, msg: tuple) -> tupl
 def _send_result(conn: Any, result: tuple) -> None:
     try:
         conn.send(result)
-    except Exception as exc:  # e.g. an unpicklable return value; the pipe is untouched
+    except Exception as exc:  # e.g. an unpicklable return value; the pipe is untouched  # noqa: BLE001
         done, run_id, _, _, _, _, duration = result
         error = f"task result could not be sent: {type(exc).__name__}: {exc}"
         conn.send((done, run_id, "raised", None, error, traceback.format_exc(), duration))

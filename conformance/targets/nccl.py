@@ -79,7 +79,7 @@ def _comm_groups() -> dict[str, tuple[str, list[int]]]:
         try:
             ptr = group._get_backend(torch.device("cuda"))._comm_ptr()
             found[hex(int(ptr))] = (name, sorted(dist.get_process_group_ranks(group)))
-        except Exception:  # no CUDA backend, comm not initialised yet, or no _comm_ptr
+        except Exception:  # no CUDA backend, comm not initialised yet, or no _comm_ptr  # noqa: BLE001
             continue
     return found
 

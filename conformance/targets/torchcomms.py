@@ -47,7 +47,7 @@ def _missing_integration() -> list[str]:
     for module in ("torchcomms._comms", "torchcomms._backend_wrapper"):
         try:
             wrapper = wrapper or hasattr(importlib.import_module(module), "_BackendWrapper")
-        except Exception:  # the module is absent or fails to import: try the other one
+        except Exception:  # the module is absent or fails to import: try the other one  # noqa: BLE001
             continue
     if not wrapper:
         missing.append("torchcomms._comms._BackendWrapper")
@@ -57,7 +57,7 @@ def _missing_integration() -> list[str]:
     try:
         if not hasattr(importlib.import_module("torchcomms.hooks"), "FlightRecorderHook"):
             missing.append("torchcomms.hooks.FlightRecorderHook")
-    except Exception:
+    except Exception:  # noqa: BLE001
         missing.append("torchcomms.hooks.FlightRecorderHook")
     return missing
 
@@ -83,7 +83,7 @@ class TorchcommsTarget(NcclTarget):
         """None when torchcomms imports with what torch needs, torch enabled it, and CUDA is usable."""
         try:
             importlib.import_module("torchcomms")
-        except Exception as exc:  # the PyPI placeholder raises ImportError on import
+        except Exception as exc:  # the PyPI placeholder raises ImportError on import  # noqa: BLE001
             return f"torchcomms does not import: {type(exc).__name__}: {exc}"
         missing = _missing_integration()
         if missing:

@@ -87,7 +87,7 @@ class VendorTarget(Target):
         """None when the module imports and registers the backend, and the device is present."""
         try:
             self._import()
-        except Exception as exc:  # any failure of the vendor's import is the reason
+        except Exception as exc:  # any failure of the vendor's import is the reason  # noqa: BLE001
             return f"vendor module {self.module!r} for backend {self.backend!r}: {type(exc).__name__}: {exc}"
         if self.accelerator:
             device_mod = getattr(torch, self.device_type, None)

@@ -1,0 +1,81 @@
+"""Per-task overhead of persistent rank pools vs. starting a fresh fork pool per task.
+
+Run: /tmp/venv/bin/python benchmarks/bench_runner_overhead.py [--runs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from conformance.runner import RankPool
+
+TASK = f"{__name__}:noop"  # resolvable in fork workers, which share this __main__
+
+
+def noop(rank: int, world_size: int, store: Any) -> int:
+    return rank
+
+
+def _ms(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1e3, ordered[int(0.9 * (len(ordered) - 1))] * 1e3
+
+
+def _timed_run(pool: RankPool) -> float:
+    started = time.perf_counter()
+    reports = pool.run(TASK, {}, timeout_s=30)
+    elapsed = time.perf_counter() - started
+    if any(r.status != "ok" for r in reports):
+        raise RuntimeError(f"trivial task failed: {reports}")
+    return elapsed
+
+
+def bench_pool(world_size: int, runs: int, warmup: int = 20) -> list[float]:
+    pool = RankPool(world_size)
+    try:
+        for _ in range(warmup):
+            _timed_run(pool)
+        return [_timed_run(pool) for _ in range(runs)]
+    finally:
+        pool.close()
+
+
+def bench_fresh_pool(world_size: int, runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        pool = RankPool(world_size)
+        try:
+            _timed_run(pool)
+        finally:
+            pool.close()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="timed runs per world size")
+    parser.add_argument("--fresh-runs", type=int, default=20, help="timed fresh-pool runs (baseline)")
+    args = parser.parse_args()
+    print(f"cpus={os.cpu_count()} runs={args.runs} (after warm-up)")
+    pooled = {}
+    for world_size in (2, 4, 8):
+        pooled[world_size] = _ms(bench_pool(world_size, args.runs))
+        print(f"persistent pool  ws={world_size}: median {pooled[world_size][0]:7.2f} ms   "
+              f"p90 {pooled[world_size][1]:7.2f} ms")
+    fresh = _ms(bench_fresh_pool(4, args.fresh_runs))
+    print(f"fresh fork pool per task ws=4 ({args.fresh_runs} runs): "
+          f"median {fresh[0]:7.2f} ms   p90 {fresh[1]:7.2f} ms")
+    print(f"ratio fresh/persistent at ws=4 (median): {fresh[0] / pooled[4][0]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

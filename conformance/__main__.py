@@ -1,0 +1,7 @@
+"""``python -m conformance``."""
+
+import sys
+
+from conformance.cli import main
+
+sys.exit(main())

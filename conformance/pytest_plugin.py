@@ -1,0 +1,131 @@
+"""The pytest front door: requirement x target x world size items, markers, options, reports.
+
+Options: ``--conformance-targets`` (default all: sim,gloo,nccl,torchcomms), ``--conformance-world-sizes``
+(default 2,4), ``--conformance-timeout`` (seconds per check), ``--conformance-report-dir`` (write
+``<target>.json``/``.md`` at the end; works under pytest-xdist, the controller writes them).
+Markers: ``sim``, ``gloo``, ``gpu`` (nccl and torchcomms), ``vendor``, and one per area.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.report import (
+    Result,
+    apply_expectations,
+    build_report,
+    collect_environment,
+    load_expectations,
+    write_report,
+)
+from conformance.runner.orchestrate import run_case
+from conformance.runner.pool import PoolSet
+from conformance.session import load_bound_catalog
+from conformance.spec import Requirement
+from conformance.targets import available_targets, make_target
+
+GPU_TARGETS = ("nccl", "torchcomms")
+_PROPERTY = "conformance_result"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One item: a requirement on a target at a world size."""
+
+    requirement: Requirement
+    target: str
+    world_size: int
+    timeout_s: float
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the suite's options."""
+    group = parser.getgroup("conformance")
+    group.addoption("--conformance-targets", default=",".join(available_targets()),
+                    help="comma-separated targets (default: every known target)")
+    group.addoption("--conformance-world-sizes", default="2,4", help="comma-separated world sizes")
+    group.addoption("--conformance-timeout", type=float, default=30.0, help="per-check timeout, seconds")
+    group.addoption("--conformance-report-dir", default=None, help="write <target>.json/.md here")
+
+
+def _marks(case: Case) -> list[Any]:
+    kind = "gpu" if case.target in GPU_TARGETS else case.target if case.target in ("sim", "gloo") else "vendor"
+    return [getattr(pytest.mark, kind), getattr(pytest.mark, case.requirement.area)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``conformance_case`` over the catalog, the targets and the world sizes."""
+    if "conformance_case" not in metafunc.fixturenames:
+        return
+    cfg = metafunc.config
+    targets = [t for t in cfg.getoption("--conformance-targets").split(",") if t]
+    sizes = [int(s) for s in cfg.getoption("--conformance-world-sizes").split(",") if s]
+    timeout = cfg.getoption("--conformance-timeout")
+    params = []
+    for req in load_bound_catalog():
+        for target in targets:
+            for n in sizes:
+                case = Case(req, target, n, timeout)
+                params.append(pytest.param(case, id=f"{req.id}-{target}-ws{n}", marks=_marks(case)))
+    metafunc.parametrize("conformance_case", params)
+
+
+@pytest.fixture(scope="session")
+def conformance_pools() -> Any:
+    """Persistent rank pools for this pytest process (one per world size)."""
+    pools = PoolSet()
+    yield pools
+    pools.close()
+
+
+def run_item(case: Case, pools: PoolSet, request: pytest.FixtureRequest) -> None:
+    """Run one case, record its result for the report, and map its outcome onto pytest's."""
+    result = run_case(pools, case.requirement, case.target, case.world_size, timeout_s=case.timeout_s)
+    (result,), _stale = apply_expectations([result], load_expectations(case.target))
+    request.node.user_properties.append((_PROPERTY, json.dumps(result.to_json())))
+    traces = "\n".join(f"--- rank {r['rank']} ---\n{r['traceback']}" for r in result.ranks if r.get("traceback"))
+    if result.outcome in ("fail", "error") and case.requirement.level == "SHOULD":
+        pytest.xfail(f"SHOULD not met (a finding; the verdict counts only MUSTs): {result.detail}")
+    if result.outcome in ("fail", "error"):
+        pytest.fail(f"{result.outcome}: {result.detail}\n{traces}".rstrip(), pytrace=False)
+    if result.outcome in ("skip", "not-observable"):
+        pytest.skip(f"{result.outcome}: {result.detail}")
+    if result.outcome == "waived":
+        pytest.xfail(f"waived: {result.waiver}")
+
+
+class _Collector:
+    """Gathers results from items (also from xdist workers) and writes reports at the end."""
+
+    def __init__(self, report_dir: Path) -> None:
+        self.report_dir = report_dir
+        self.results: dict[str, list[Result]] = {}
+        self.interrupted = False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == _PROPERTY and report.when == "call":
+                result = Result.from_json(json.loads(value))
+                self.results.setdefault(result.target, []).append(result)
+
+    def pytest_keyboard_interrupt(self) -> None:
+        self.interrupted = True
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for target, results in self.results.items():
+            environment = collect_environment(make_target(target).environment()) if target != "vendor" else \
+                collect_environment()
+            report = build_report(target, results, environment, interrupted=self.interrupted)
+            write_report(report, self.report_dir)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Install the report collector when a report dir is given."""
+    report_dir = config.getoption("--conformance-report-dir", default=None)
+    if report_dir:
+        config.pluginmanager.register(_Collector(Path(report_dir)), "conformance-collector")

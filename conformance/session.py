@@ -1,0 +1,105 @@
+"""Run a set of requirements on one target at several world sizes, with progress, into a report."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.checks import bind_checks
+from conformance.report import (
+    Result,
+    apply_expectations,
+    build_report,
+    collect_environment,
+    load_expectations,
+)
+from conformance.runner.orchestrate import run_case
+from conformance.runner.pool import PoolSet
+from conformance.spec import Requirement, load_catalog
+from conformance.targets import make_target
+
+Progress = Callable[[Result], None]
+
+
+@dataclass
+class Selection:
+    """Which requirements to run: by area and/or id (empty means all)."""
+
+    areas: tuple[str, ...] = ()
+    ids: tuple[str, ...] = ()
+
+    def pick(self, catalog: list[Requirement]) -> list[Requirement]:
+        """The requirements selected, in catalog order; unknown ids and areas are an error."""
+        known_ids = {r.id for r in catalog}
+        known_areas = {r.area for r in catalog}
+        bad = [i for i in self.ids if i not in known_ids] + [a for a in self.areas if a not in known_areas]
+        if bad:
+            raise ValueError(f"unknown requirement id(s) or area(s): {bad}")
+        return [r for r in catalog if (not self.areas or r.area in self.areas) and (not self.ids or r.id in self.ids)]
+
+
+@dataclass
+class SuiteRun:
+    """The outcome of a suite run: results, whether it was interrupted, and the report."""
+
+    results: list[Result] = field(default_factory=list)
+    interrupted: bool = False
+    report: dict[str, Any] = field(default_factory=dict)
+    stale: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_bound_catalog() -> list[Requirement]:
+    """The catalog, validated and paired with its checks (fails loudly on any mismatch)."""
+    catalog = load_catalog()
+    bind_checks(catalog)
+    return catalog
+
+
+def run_suite(
+    target: str,
+    world_sizes: Iterable[int],
+    *,
+    selection: Selection | None = None,
+    target_options: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 30.0,
+    pools: PoolSet | None = None,
+    progress: Progress | None = None,
+    strict_waivers: bool = False,
+    smallest_size_only: bool = False,
+) -> SuiteRun:
+    """Run the selected requirements on ``target`` at each world size and build the report.
+
+    Ctrl-C stops the run: what finished is kept and the verdict is ``incomplete``.
+    """
+    catalog = load_bound_catalog()
+    chosen = (selection or Selection()).pick(catalog)
+    sizes = sorted(set(world_sizes))
+    own_pools = pools is None
+    pools = pools or PoolSet()
+    run = SuiteRun()
+    started = dt.datetime.now(dt.UTC).isoformat()
+    try:
+        for req in chosen:
+            applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
+            for n in applicable[:1] if smallest_size_only else sizes:
+                result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s,
+                                  env=env)
+                run.results.append(result)
+                if progress:
+                    progress(result)
+    except KeyboardInterrupt:
+        run.interrupted = True
+    finally:
+        if own_pools:
+            pools.close()
+    results, run.stale = apply_expectations(run.results, load_expectations(target), strict=False)
+    run.results = results
+    environment = collect_environment(make_target(target, target_options).environment())
+    run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
+                              stale_waivers=run.stale)
+    if strict_waivers and run.stale:
+        run.report["strict_waivers_failed"] = True
+    return run

@@ -1,0 +1,1 @@
+"""The conformance suite as pytest items (collected through conformance.pytest_plugin)."""

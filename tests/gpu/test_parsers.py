@@ -1,0 +1,158 @@
+"""The NCCL debug-log and flight-recorder parsers, on the samples in tests/gpu/samples."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from conformance.gpu import launch_events, load_dump, parse_nccl_log, parse_nccl_log_file
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def test_nccl_230_init_split_and_p2p_comms():
+    events = parse_nccl_log_file(SAMPLES / "nccl_2.30_rank0.log")
+    assert [e["comm"] for e in events] == ["0x55d0c1a2b3c0", "0x55d0c3f10a80", "0x55d0c4a00010"]
+    world, split, pair = events
+    assert all(e["kind"] == "comm_created" and e["backend"] == "nccl" for e in events)
+    assert (world["rank"], world["nranks"], world["device"]) == (0, 4, "cuda:0")
+    assert world["parent"] is None and world["mode"] is None
+    assert world["comm_hash"] == "0x8f3a6c1d22e0b4a7"
+    assert world["function"] == "ncclCommInitRankConfig"
+    assert world["config"] == {
+        "blocking": 1, "cga_cluster_size": 2, "min_ctas": 4, "max_ctas": 16, "net_name": "IB"
+    }
+    assert world["network"] == "IB"
+    assert (split["parent"], split["mode"]) == ("0x55d0c1a2b3c0", "split")
+    assert (split["nranks"], split["color"]) == (2, 0)
+    assert split["config"] == {"blocking": 1, "cga_cluster_size": 2, "max_ctas": 16}
+    assert split["comm_hash"] is None
+    assert pair["nranks"] == 2 and pair["parent"] is None
+    assert pair["config"] == {"max_ctas": 8}  # the NCCL_MAX_CTAS override line
+
+
+def test_truncated_and_foreign_lines_are_skipped():
+    events = parse_nccl_log_file(SAMPLES / "nccl_2.30_rank0.log")
+    assert "0x55d0c5b00020" not in {e["comm"] for e in events}  # its two lines are cut short
+    assert parse_nccl_log(["x:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks", "", "\x00\xff", "NCCL INFO"]) == []
+
+
+def test_nccl_221_split_with_timestamps():
+    events = parse_nccl_log_file(SAMPLES / "nccl_2.21_rank1.log")
+    assert len(events) == 2
+    parent, child = events
+    assert (parent["rank"], parent["nranks"], parent["device"]) == (1, 2, "cuda:1")
+    assert parent["config"] == {"cga_cluster_size": 4}
+    assert child["parent"] == parent["comm"] and child["mode"] == "split"
+    assert (child["rank"], child["nranks"], child["color"]) == (0, 1, 1)
+    assert child["comm_hash"] is None  # NCCL logs commId 0x0 for a split
+    assert child["config"] == {"min_ctas": 2}
+
+
+def test_nccl_218_complete_line_without_function_or_nvml():
+    (event,) = parse_nccl_log_file(SAMPLES / "nccl_2.18_rank0.log")
+    assert (event["comm"], event["nranks"], event["function"]) == ("0x1a2b3c4d5e60", 8, None)
+    assert event["config"] == {}
+
+
+def test_log_offset_and_missing_file(tmp_path):
+    path = SAMPLES / "nccl_2.30_rank0.log"
+    text = path.read_bytes()
+    offset = text.index(b"gpu-node-07:41215:41215 [0] NCCL INFO Rank 0 has color")
+    assert [e["comm"] for e in parse_nccl_log_file(path, offset)] == ["0x55d0c4a00010"]
+    assert parse_nccl_log_file(tmp_path / "absent.log") == []
+
+
+def _nccl_dump() -> dict:
+    return load_dump((SAMPLES / "fr_nccl_constructed_rank0.json").read_bytes())
+
+
+def test_flight_recorder_nccl_blocks():
+    events = launch_events(_nccl_dump())
+    summary = [(e["comm"], e["op"], e["ops"], e["coalesced"]) for e in events]
+    assert summary == [
+        ("0", "allreduce", 1, False),
+        ("0", "allreduce", 2, True),
+        ("0", "allreduce", 3, True),
+        ("0", "send", 1, False),
+        ("0", "sendrecv", 2, True),
+        ("1", "allreduce", 1, False),
+        ("0", "allgather_into_tensor", 1, False),
+    ]
+    assert events[5]["group_desc"] == "split_0_1" and events[5]["state"] == "scheduled"
+    assert all(e["backend"] == "nccl" and e["kind"] == "launch" for e in events)
+    assert 10 not in {e["record_id"] for e in events}  # the malformed entry
+
+
+def test_flight_recorder_pickle_and_after_record_id():
+    dump = _nccl_dump()
+    assert launch_events(load_dump(pickle.dumps(dump))) == launch_events(dump)
+    later = launch_events(dump, after_record_id=5)
+    assert [e["record_id"] for e in later] == [8, 9, 11]
+
+
+def test_flight_recorder_block_cut_by_ring_buffer():
+    dump = _nccl_dump()
+    dump["entries"] = dump["entries"][2:4]  # one member lost to the ring buffer
+    (event,) = launch_events(dump)
+    assert (event["op"], event["ops"], event["coalesced"]) == ("allreduce", 1, True)
+
+
+@pytest.mark.parametrize("name", ["fr_gloo_torch2.13_rank0.pkl", "fr_gloo_torch2.13_rank0.json"])
+def test_flight_recorder_captured_gloo(name):
+    events = launch_events(load_dump((SAMPLES / name).read_bytes()))
+    assert [(e["comm"], e["group_desc"], e["op"], e["ops"]) for e in events] == [
+        ("0", "default_pg", "allreduce", 1),
+        ("0", "default_pg", "allreduce", 1),
+        ("1", "mine", "allreduce", 1),
+    ]
+    assert all(e["backend"] == "gloo" and not e["coalesced"] for e in events)
+
+
+def test_load_dump_rejects_other_data():
+    with pytest.raises(ValueError, match="not a flight-recorder dump"):
+        load_dump(json.dumps([1, 2]))
+
+
+def test_nccl_probe_reads_only_what_came_after_setup(tmp_path, monkeypatch):
+    from conformance.targets import nccl
+
+    fr = (SAMPLES / "fr_nccl_constructed_rank0.json").read_bytes()
+    dump = json.loads(fr)
+    monkeypatch.setattr(nccl, "_dump_fn", lambda: lambda **_: pickle.dumps(dump))
+    log = tmp_path / "rank0.log"
+    lines = (SAMPLES / "nccl_2.30_rank0.log").read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "ncclCommSplit" in line) - 3
+    log.write_text("".join(lines[:cut]))
+    dump["entries"] = dump["entries"][:5]
+    probe = nccl.NcclProbe(log, with_launches=True)
+    assert probe.observes == {"comm_created", "launch"}
+    assert probe.events() == []  # the world comm and 5 records predate the probe
+    with log.open("a") as fh:
+        fh.write("".join(lines[cut:]))
+    dump["entries"] = json.loads(fr)["entries"]
+    comms = probe.events("comm_created")
+    assert [(e["comm"], e["parent"]) for e in comms] == [
+        ("0x55d0c3f10a80", "0x55d0c1a2b3c0"),
+        ("0x55d0c4a00010", None),
+    ]
+    assert [e["record_id"] for e in probe.events("launch")] == [5, 8, 9, 11]
+    mark = probe.mark()
+    assert probe.events(since=mark) == []
+
+
+def test_gpu_targets_say_why_they_cannot_run_here():
+    import torch
+
+    from conformance.targets.nccl import NcclTarget
+    from conformance.targets.torchcomms import TorchcommsTarget
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    reason = NcclTarget().unavailable_reason_for(2)
+    assert reason.startswith("no CUDA device visible") and torch.__version__ in reason
+    assert "torchcomms" in TorchcommsTarget().unavailable_reason()
+    assert "torchcomms" in TorchcommsTarget().capabilities

@@ -1,0 +1,71 @@
+"""Small task functions the runner tests send to rank pools."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+
+def echo(rank: int, world_size: int, store: Any, value: Any = None) -> dict:
+    return {"rank": rank, "world_size": world_size, "value": value, "pid": os.getpid(),
+            "shm_prefix": os.environ.get("CONFORMANCE_SHM_PREFIX"), "extra": os.environ.get("CFM_TEST_ENV")}
+
+
+def exchange(rank: int, world_size: int, store: Any) -> dict:
+    """Every rank publishes a value, counts itself in, and reads everyone's values."""
+    store.set(f"value/{rank}", str(rank * 10))
+    store.add("count", 1)
+    seen = [int(store.get(f"value/{r}")) for r in range(world_size)]
+    store.set(f"done/{rank}", "1")
+    store.wait([f"done/{r}" for r in range(world_size)])
+    return {"seen": seen, "count": store.add("count", 0)}
+
+
+def raise_on(rank: int, world_size: int, store: Any, bad_rank: int) -> int:
+    if rank == bad_rank:
+        raise ValueError(f"rank {rank} refuses")
+    return rank
+
+
+def hang_in_sleep(rank: int, world_size: int, store: Any, bad_rank: int) -> int:
+    if rank == bad_rank:
+        time.sleep(600)
+    return rank
+
+
+def hang_in_store_get(rank: int, world_size: int, store: Any) -> int:
+    store.get("never-set")
+    return rank
+
+
+def exit_with(rank: int, world_size: int, store: Any, bad_rank: int, code: int) -> int:
+    if rank == bad_rank:
+        os._exit(code)
+    return rank
+
+
+def exit_then_wait_for_peer(rank: int, world_size: int, store: Any, bad_rank: int) -> int:
+    """The bad rank dies; its peers block waiting for a key it never writes."""
+    if rank == bad_rank:
+        os._exit(3)
+    store.get("from-bad-rank")
+    return rank
+
+
+def sigkill_self(rank: int, world_size: int, store: Any, bad_rank: int) -> int:
+    if rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rank
+
+
+def make_shm_file(rank: int, world_size: int, store: Any) -> str:
+    path = f"/dev/shm/{os.environ['CONFORMANCE_SHM_PREFIX']}rank{rank}"
+    with open(path, "wb") as f:
+        f.write(b"x")
+    return path
+
+
+def unpicklable(rank: int, world_size: int, store: Any) -> Any:
+    return (i for i in range(1))  # generators do not pickle, even with dill

@@ -1,0 +1,228 @@
+"""Tests of the rank-pool process layer: results, shared store, raise, hang, crash, cleanup."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+from conformance.runner import PoolSet, RankPool
+
+from . import tasks
+
+T = tasks.__name__
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def _wait_gone(pids: list[int], within_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(map(_alive, pids)):
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+@pytest.fixture(scope="module")
+def pools():
+    pool_set = PoolSet(env={"CFM_TEST_ENV": "yes"})
+    yield pool_set
+    pool_set.close()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ok_values_from_every_rank(pools, world_size):
+    pool = pools.get(world_size)
+    reports = pool.run(f"{T}:echo", {"value": [1, "a"]}, timeout_s=10)
+    assert [r.rank for r in reports] == list(range(world_size))
+    assert all(r.status == "ok" for r in reports), reports
+    assert [r.value["rank"] for r in reports] == list(range(world_size))
+    assert {r.value["world_size"] for r in reports} == {world_size}
+    assert all(r.value["value"] == [1, "a"] for r in reports)
+    assert [r.value["pid"] for r in reports] == pool.pids
+    assert {r.value["shm_prefix"] for r in reports} == {pool.shm_prefix}
+    assert {r.value["extra"] for r in reports} == {"yes"}
+
+
+def test_workers_are_persistent(pools):
+    pool = pools.get(2)
+    first = [r.value["pid"] for r in pool.run(f"{T}:echo", {}, timeout_s=10)]
+    second = [r.value["pid"] for r in pool.run(f"{T}:echo", {}, timeout_s=10)]
+    assert first == second == pool.pids
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_store_shared_within_a_run_and_fresh_per_run(pools, world_size):
+    pool = pools.get(world_size)
+    for _ in range(2):  # a second run sharing keys with the first would count 2 * world_size
+        reports = pool.run(f"{T}:exchange", {}, timeout_s=10)
+        assert all(r.status == "ok" for r in reports), reports
+        for r in reports:
+            assert r.value == {"seen": [10 * i for i in range(world_size)], "count": world_size}
+
+
+def test_raising_rank_keeps_pool(pools):
+    pool = pools.get(4)
+    rebuilds, pids = pool.rebuilds, pool.pids
+    reports = pool.run(f"{T}:raise_on", {"bad_rank": 2}, timeout_s=10)
+    assert [r.status for r in reports] == ["ok", "ok", "raised", "ok"]
+    assert reports[2].error == "ValueError: rank 2 refuses"
+    assert "raise_on" in reports[2].traceback
+    assert [r.value for r in reports if r.status == "ok"] == [0, 1, 3]
+    assert pool.rebuilds == rebuilds and pool.pids == pids
+
+
+def test_unpicklable_result_is_raised(pools):
+    pool = pools.get(2)
+    rebuilds = pool.rebuilds
+    reports = pool.run(f"{T}:unpicklable", {}, timeout_s=10)
+    assert {r.status for r in reports} == {"raised"}
+    assert "could not be sent" in reports[0].error
+    assert pool.rebuilds == rebuilds
+
+
+@pytest.mark.parametrize(("task", "kwargs", "frame"), [
+    ("hang_in_sleep", {"bad_rank": 1}, "hang_in_sleep"),
+    ("hang_in_store_get", {}, "hang_in_store_get"),
+])
+def test_hang_times_out_with_stack_and_rebuilds(task, kwargs, frame):
+    pool = RankPool(2)
+    try:
+        old = pool.pids
+        started = time.monotonic()
+        reports = pool.run(f"{T}:{task}", kwargs, timeout_s=1)
+        assert time.monotonic() - started < 5
+        hung = [r for r in reports if r.status == "timeout"]
+        assert [r.rank for r in hung] == ([1] if "bad_rank" in kwargs else [0, 1])
+        for r in hung:
+            assert r.error == "no result after 1 s"
+            assert frame in r.traceback and "worker.py" in r.traceback
+        if "bad_rank" in kwargs:
+            assert reports[0].status == "ok" and reports[0].value == 0
+        assert _wait_gone(old, 5) == []
+        assert pool.run(f"{T}:echo", {}, timeout_s=10)[1].status == "ok"
+        assert pool.rebuilds == 2 and set(pool.pids).isdisjoint(old)
+    finally:
+        pool.close()
+
+
+def test_exit_code_crash_rebuilds():
+    pool = RankPool(2)
+    try:
+        reports = pool.run(f"{T}:exit_with", {"bad_rank": 0, "code": 3}, timeout_s=10)
+        assert reports[0].status == "crashed" and reports[0].exitcode == 3
+        assert reports[0].error == "exit code 3"
+        assert reports[1].status == "ok"
+        reports = pool.run(f"{T}:echo", {}, timeout_s=10)
+        assert [r.status for r in reports] == ["ok", "ok"] and pool.rebuilds == 2
+    finally:
+        pool.close()
+
+
+def test_crash_aborts_blocked_peers_with_stacks():
+    pool = RankPool(3)
+    try:
+        started = time.monotonic()
+        reports = pool.run(f"{T}:exit_then_wait_for_peer", {"bad_rank": 1}, timeout_s=60)
+        assert time.monotonic() - started < 10  # the crash grace, not the timeout
+        assert [r.status for r in reports] == ["aborted", "crashed", "aborted"]
+        assert "exit_then_wait_for_peer" in reports[0].traceback
+        assert [r.status for r in pool.run(f"{T}:echo", {}, timeout_s=10)] == ["ok"] * 3
+    finally:
+        pool.close()
+
+
+def test_sigkill_crash_names_signal():
+    pool = RankPool(2)
+    try:
+        reports = pool.run(f"{T}:sigkill_self", {"bad_rank": 1}, timeout_s=10)
+        assert reports[1].status == "crashed" and "SIGKILL" in reports[1].error
+        assert reports[1].exitcode == -signal.SIGKILL
+        assert [r.status for r in pool.run(f"{T}:echo", {}, timeout_s=10)] == ["ok", "ok"]
+        assert pool.rebuilds == 2
+    finally:
+        pool.close()
+
+
+def test_close_kills_workers_and_removes_shm():
+    pool = RankPool(2)
+    reports = pool.run(f"{T}:make_shm_file", {}, timeout_s=10)
+    paths = [r.value for r in reports]
+    assert all(os.path.exists(p) for p in paths)
+    pids = pool.pids
+    pool.close()
+    assert _wait_gone(pids, 5) == []
+    assert glob.glob(f"/dev/shm/{pool.shm_prefix}*") == []
+    with pytest.raises(RuntimeError):
+        pool.run(f"{T}:echo", {}, timeout_s=1)
+
+
+def test_timeout_removes_shm():
+    pool = RankPool(2)
+    try:
+        pool.run(f"{T}:make_shm_file", {}, timeout_s=10)
+        pool.run(f"{T}:hang_in_store_get", {}, timeout_s=0.5)
+        assert glob.glob(f"/dev/shm/{pool.shm_prefix}*") == []
+    finally:
+        pool.close()
+
+
+_PARENT = textwrap.dedent("""
+    import json, sys
+    from conformance.runner import RankPool
+    pool = RankPool(2)
+    print(json.dumps({"pids": pool.pids, "prefix": pool.shm_prefix}), flush=True)
+    pool.run(sys.argv[1] + ":make_shm_file", {}, timeout_s=10)
+    pool.run(sys.argv[1] + ":hang_in_store_get", {}, timeout_s=120)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_dead_parent_leaves_no_worker(sig):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, T], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        info = json.loads(parent.stdout.readline())
+        time.sleep(0.5)  # let the workers enter the hanging task
+        assert all(map(_alive, info["pids"]))
+        parent.send_signal(sig)
+        parent.wait(10)
+        assert _wait_gone(info["pids"], 10) == []
+        if sig == signal.SIGTERM:
+            assert parent.returncode == -signal.SIGTERM
+            assert glob.glob(f"/dev/shm/{info['prefix']}*") == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(5)
+        for path in glob.glob(f"/dev/shm/cfm{parent.pid}p*"):
+            os.unlink(path)
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"cfm{parent.pid}p*stacks-*")):
+            shutil.rmtree(path)  # a SIGKILLed parent cannot remove its stack-dump folder
+
+
+def test_pool_set_one_pool_per_world_size():
+    pool_set = PoolSet()
+    try:
+        two, three = pool_set.get(2), pool_set.get(3)
+        assert pool_set.get(2) is two and two is not three
+        assert (len(two.pids), len(three.pids)) == (2, 3)
+        pids = two.pids + three.pids
+    finally:
+        pool_set.close()
+    assert _wait_gone(pids, 5) == []

@@ -1,0 +1,133 @@
+"""The example vendor backends, in 2 real processes: toyccl right, toyccl_flawed wrong."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import multiprocess as mp
+import pytest
+import torch
+import torch.distributed as dist
+
+from conformance.outcomes import Skipped
+from conformance.probe import NullProbe
+from conformance.runner.isolation import ProcessState
+from conformance.targets.base import WorldSpec
+from conformance.targets.vendor import VendorTarget
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+for _pkg in ("toyccl", "toyccl_flawed"):
+    if str(EXAMPLES / _pkg) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES / _pkg))
+
+WORLD = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank(rank: int, port: int, module: str, queue) -> None:
+    try:
+        target = VendorTarget(backend=module, module=module)
+        target.setup(rank, WORLD)
+        store = dist.TCPStore("127.0.0.1", port, WORLD, rank == 0, timeout=timedelta(seconds=20))
+        target.init_world(store, rank, WORLD, WorldSpec(mode="lazy"), 20.0)
+        single = torch.full((3,), float(rank + 1))
+        dist.all_reduce(single)
+        block = [torch.full((2,), float(rank + 1) * (i + 1)) for i in range(3)]
+        with dist._coalescing_manager():
+            for t in block:
+                dist.all_reduce(t)
+        gathered = torch.empty(2 * WORLD)
+        dist.all_gather_into_tensor(gathered, torch.full((2,), float(rank)))
+        scattered = torch.empty(1)
+        dist.reduce_scatter_tensor(scattered, torch.arange(2.0) + rank)
+        peer = torch.full((2,), float(rank))
+        if rank == 0:
+            dist.send(torch.tensor([7.0, 8.0]), 1)
+        else:
+            dist.recv(peer, 0)
+        dist.barrier()
+        queue.put((rank, [single.tolist(), [t.tolist() for t in block], gathered.tolist(),
+                          scattered.tolist(), peer.tolist()]))
+        target.teardown()
+    except BaseException as exc:
+        queue.put((rank, f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+def _run(module: str) -> dict[int, list]:
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_rank, args=(r, port, module, queue)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    for rank, res in results.items():
+        assert not isinstance(res, str), f"rank {rank}: {res}"
+    return results
+
+
+def test_toyccl_collectives_are_right():
+    results = _run("toyccl")
+    for rank, (single, block, gathered, scattered, peer) in results.items():
+        assert single == [3.0] * 3
+        assert block == [[3.0 * (i + 1)] * 2 for i in range(3)]
+        assert gathered == [0.0, 0.0, 1.0, 1.0]
+        assert scattered == [[1.0], [3.0]][rank]
+        assert peer == ([0.0, 0.0] if rank == 0 else [7.0, 8.0])
+
+
+def test_toyccl_flawed_coalesced_block_is_wrong():
+    results = _run("toyccl_flawed")
+    for rank, (single, block, *_rest) in results.items():
+        assert single == [3.0] * 3  # plain all_reduce is fine
+        assert block[0] == [3.0, 3.0]  # the first tensor of the block is reduced ...
+        assert block[1:] == [[float(rank + 1) * 2] * 2, [float(rank + 1) * 3] * 2]  # ... the rest are not
+
+
+@pytest.fixture
+def restored():
+    """Undo the backend registration importing a vendor module does in this process."""
+    state = ProcessState.capture()
+    yield
+    state.restore()
+
+
+def test_vendor_target_contract(restored):
+    target = VendorTarget(backend="toyccl", module="toyccl")
+    assert target.unavailable_reason() is None
+    assert target.capabilities == frozenset({"custom_backend"})
+    assert target.default_backend == "cpu:toyccl"
+    assert isinstance(target.probe(), NullProbe)
+    assert target.environment()["backend"] == "toyccl"
+    with pytest.raises(Skipped, match="device_binding"):
+        target.init_world(None, 0, 1, WorldSpec(mode="eager"), 5.0)
+    with pytest.raises(NotImplementedError, match="declares no options"):
+        target.make_options(max_ctas=4)
+
+
+def test_vendor_target_reregisters_after_a_check_undid_it(restored):
+    target = VendorTarget(backend="toyccl", module="toyccl")
+    target.setup(0, 1)
+    state_without = ProcessState.capture()
+    dist.Backend._plugins.pop("TOYCCL")
+    dist.Backend.backend_list.remove("toyccl")
+    assert not dist.is_backend_available("toyccl")
+    target.setup(0, 1)
+    assert dist.is_backend_available("toyccl")
+    state_without.restore()
+
+
+def test_vendor_target_reports_a_module_that_does_not_import():
+    reason = VendorTarget(backend="nope", module="no_such_vendor_module").unavailable_reason()
+    assert "no_such_vendor_module" in reason and "ModuleNotFoundError" in reason
