@@ -29,7 +29,8 @@ __all__ = [
 
 def register(name: str = BACKEND_NAME) -> None:
     """Register the simulator with torch.distributed (extended API, device cpu) and install the shim."""
-    dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu"])
+    devices = None if defects.active("register_devices_none") else ["cpu"]
+    dist.Backend.register_backend(name, create, extended_api=True, devices=devices)
     if defects.active("register_corrupts_maps"):
         dist.Backend.default_device_backend_map["cuda"] = name
     install()

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from simulator import defects, faults
 from simulator.comm import Communicator, rendezvous, shm_prefix
 from simulator.config import SimOptions, options_to_hints, parse_hints
+from simulator.errors import P2PMismatch
 from simulator.events import LOG
 from simulator.fabric import Fabric
 from simulator.work import SimWork
@@ -136,8 +137,13 @@ class SimProcessGroup(dist.ProcessGroup):
         if self._comm is None:
             self._comm = self._bootstrap("eager", device=str(device))
 
+    def _comm_base(self) -> str:
+        if defects.active("comm_id_by_members"):
+            return "m" + "_".join(map(str, self._global_ranks))
+        return f"c{self._name[:10]}"
+
     def _bootstrap(self, mode: str, device: str | None = None) -> Communicator:
-        comm_id = f"c{self._name[:10]}"
+        comm_id = self._comm_base()
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
         return self._new_comm(comm_id, list(self._global_ranks), mode, device=device)
@@ -175,6 +181,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     f"but rank {other} asked for {theirs}"
                 )
         child_id = f"{parent.id}.s{n}r{members[0]}"
+        if defects.active("comm_id_by_members"):
+            child_id = "m" + "_".join(map(str, members))
         if defects.active("split_fresh_bootstrap"):
             rendezvous(self._comm_store, f"boot/{child_id}", me, members, self._timeout_s,
                        f"creating communicator {child_id}")
@@ -184,6 +192,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def perform_nocolor_split(self, device: Any) -> None:
         """Take part in a split (new_group under eager init) as a non-member."""
+        if defects.active("split_nonmember_raises"):
+            raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         self.split_comm(None, {})
 
     def split_group(self, ranks: list[int], timeout: Any = None, opts: Any = None, group_name: str = "",
@@ -246,6 +256,8 @@ class SimProcessGroup(dist.ProcessGroup):
         return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced))
 
     def _coalesced(self, op: str, fns: list[Callable[[Fabric], Any]], async_op: bool) -> SimWork | None:
+        if defects.active("coalesced_drops_tail"):
+            fns = fns[:1]
         if defects.active("coalesced_per_op_launch"):
             works = [self._launch(op, fn) for fn in fns]
             work = works[-1] if works else None
@@ -337,7 +349,7 @@ class SimProcessGroup(dist.ProcessGroup):
             return self._comm, self._comm.local(peer), stream
         if self._comm is None:
             self._warn_lazy_p2p()
-        base = f"c{self._name[:10]}.p{pair[0]}x{pair[1]}"
+        base = f"{self._comm_base()}.p{pair[0]}x{pair[1]}"
         if defects.active("p2p_comm_per_op"):
             self._pair_ops[pair] = self._pair_ops.get(pair, 0) + 1
             comm = self._new_comm(f"{base}.{self._pair_ops[pair]}", list(pair), "p2p")
@@ -369,7 +381,16 @@ class SimProcessGroup(dist.ProcessGroup):
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> SimWork | None:
         """Receive from group rank srcRank."""
         t = tensors[0]
-        return self._p2p("recv", srcRank, lambda f, p: (f.recv(t, p, tag), srcRank)[1])
+
+        def receive(f: Fabric, peer: int) -> int:
+            try:
+                f.recv(t, peer, tag)
+            except P2PMismatch:
+                if not defects.active("p2p_mismatch_silent"):
+                    raise
+            return srcRank
+
+        return self._p2p("recv", srcRank, receive)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
         """Receive from whichever rank sends first (needs the group communicator)."""
@@ -380,8 +401,11 @@ class SimProcessGroup(dist.ProcessGroup):
             )
         comm = self._comm
         t = tensors[0]
-        fut = comm.launch("recv", lambda f: self._global_ranks.index(comm.members[f.recv(t, None, tag)]),
-                          stream="p2p:any")
+        def any_source(f: Fabric) -> int:
+            src = self._global_ranks.index(comm.members[f.recv(t, None, tag)])
+            return 0 if defects.active("p2p_anysource_wrong_rank") else src
+
+        fut = comm.launch("recv", any_source, stream="p2p:any")
         return SimWork(fut, p2p=True)
 
     def _start_coalescing(self, device: Any) -> None:
@@ -433,6 +457,8 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
     timeout_s = _timeout_s(common.timeout)
     is_world = not dist.is_initialized()
     if is_world:
+        if defects.active("init_drops_options"):
+            pg_options = None
         prefix = shm_prefix(store, rank)
         comm_store = store
         return SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s,

@@ -118,8 +118,13 @@ def newgroup_names(ctx: CheckContext) -> None:
             dist.split_group(split_ranks=[ranks])]
     names = [g.group_name for g in made]
     ctx.expect(len(set(names)) == len(names), "group names of repeated groups", "all distinct", names)
-    for i, group in enumerate(made):
-        expect_allreduce_members(ctx, group, ranks, f"repeated group #{i}")
+    tensors = [torch.full((4,), float((ctx.rank + 1) * 10**i), device=ctx.device) for i in range(len(made))]
+    works = [dist.all_reduce(t, group=g, async_op=True) for t, g in zip(tensors, made)]
+    for w in works:
+        w.wait()
+    for i, t in enumerate(tensors):
+        want = float(sum((r + 1) * 10**i for r in ranks))
+        ctx.expect_equal(f"repeated group #{i}: concurrent all_reduce result", want, t[0].item())
 
 
 @check("SPLIT-LINEAGE")

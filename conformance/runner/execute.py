@@ -8,6 +8,7 @@ import traceback
 import warnings
 from typing import Any
 
+from conformance import frontend_mutants
 from conformance.checks.registry import CheckContext, load_checks
 from conformance.outcomes import CheckFailed, NotObservable, Outcome, Skipped
 from conformance.runner.isolation import ProcessState
@@ -61,7 +62,7 @@ def run_check(
         fn = load_checks()[requirement_id]
         target.setup(rank, world_size)
         ctx = CheckContext(rank, world_size, target, store, requirement, timeout_s)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), frontend_mutants.applied(os.environ.get(frontend_mutants.ENV)):
             warnings.simplefilter("ignore")  # checks that observe warnings record their own
             fn(ctx)
     except CheckFailed as exc:

@@ -60,6 +60,11 @@ class Target(abc.ABC):
         """The backend string a plain world uses."""
         return self.name
 
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        """Device types the target's backend serves (what its bare name must expand to)."""
+        return ("cpu",)
+
     def device(self, rank: int) -> torch.device:
         """The device this rank's tensors live on."""
         return torch.device("cpu")

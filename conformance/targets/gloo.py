@@ -27,6 +27,10 @@ class GlooTarget(Target):
         return frozenset({"custom_backend", "multi_device", "p2p_tags", "p2p_any_source"})
 
     @property
+    def device_types(self) -> tuple[str, ...]:
+        return ("cpu", "cuda")
+
+    @property
     def default_backend(self) -> str:
         return "cpu:gloo"
 

@@ -134,6 +134,10 @@ class NcclTarget(Target):
     def __init__(self) -> None:
         self._probe: NcclProbe | None = None
 
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return ("cuda",)
+
     def unavailable_reason(self) -> str | None:
         """None when CUDA and NCCL are usable here."""
         if not torch.cuda.is_available():

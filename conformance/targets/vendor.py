@@ -67,6 +67,10 @@ class VendorTarget(Target):
         self._probe: Probe | None = None
 
     @property
+    def device_types(self) -> tuple[str, ...]:
+        return (self.device_type,)
+
+    @property
     def accelerator(self) -> bool:
         """Whether the backend's device is an accelerator (anything but cpu)."""
         return self.device_type != "cpu"
