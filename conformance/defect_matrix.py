@@ -40,7 +40,8 @@ class Mutant:
 def mutants() -> list[Mutant]:
     """Every simulator defect switch, the front-end mutants, and the derived-groups builder mutant."""
     found = [Mutant(name, text, defects=(name,)) for name, text in simulator.defects.DEFECTS.items()]
-    found += [Mutant(name, text, env={frontend_mutants.ENV: name}) for name, (text, _) in frontend_mutants.MUTANTS.items()]
+    found += [Mutant(name, text, env={frontend_mutants.ENV: name})
+              for name, (text, _) in frontend_mutants.MUTANTS.items()]
     found.append(Mutant(
         "derived_groups_fixed_order",
         "derived groups rebuilt with a hard-coded tp-cp-ep-dp-pp order and no offset (Megatron PR 3249)",
@@ -61,7 +62,8 @@ def _outcomes(run: SuiteRun) -> dict[str, str]:
 
 def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], levels: dict[str, str]) -> dict[str, Any]:
     """The matrix and the three verdicts, from clean and per-mutant outcomes."""
-    caught = {m: [rid for rid, o in outs.items() if o in BAD and clean.get(rid) == "pass"] for m, outs in mutated.items()}
+    caught = {m: [rid for rid, o in outs.items() if o in BAD and clean.get(rid) == "pass"]
+              for m, outs in mutated.items()}
     caught_by_must = {m: [rid for rid in rids if levels[rid] == "MUST"] for m, rids in caught.items()}
     killers = {rid: [m for m, rids in caught.items() if rid in rids] for rid in clean}
     observable = [rid for rid, o in clean.items() if o == "pass"]
@@ -133,7 +135,7 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     report_dir.mkdir(parents=True, exist_ok=True)
     _write(report_dir / "defects.json", json.dumps(matrix, indent=2, sort_keys=True))
     _write(report_dir / "defects.md", render(matrix))
-    ok = not matrix["uncaught_mutants"] and not matrix["requirements_without_teeth"] and not matrix["clean_must_failures"]
+    ok = not (matrix["uncaught_mutants"] or matrix["requirements_without_teeth"] or matrix["clean_must_failures"])
     say(f"kill rate {matrix['kill_rate']:.0%}, teeth {matrix['teeth_rate']:.0%}, "
         f"clean MUST failures {len(matrix['clean_must_failures'])} -> {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1

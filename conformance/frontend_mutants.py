@@ -40,7 +40,10 @@ def _malformed_accepted() -> list[Callable[[], None]]:
 
 def _filter_ignored() -> list[Callable[[], None]]:
     def make(original: Any) -> Any:
-        return lambda *args, backend=None, **kwargs: original(*args, **kwargs)
+        def split_group(*args: Any, backend: Any = None, **kwargs: Any) -> Any:
+            return original(*args, **kwargs)
+
+        return split_group
 
     return [_patch(dist, "split_group", make), _patch(c10d, "split_group", make)]
 
