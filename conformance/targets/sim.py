@@ -26,7 +26,9 @@ class SimTarget(Target):
 
     name = "sim"
 
-    def __init__(self, path: str = "nccl", defects: list[str] | tuple[str, ...] = ()) -> None:
+    def __init__(self, path: str = "nccl", defects: list[str] | tuple[str, ...] | str = ()) -> None:
+        if isinstance(defects, str):  # from the CLI: --target-option defects=a,b
+            defects = tuple(d for d in defects.split(",") if d)
         if path not in ("nccl", "torchcomms"):
             raise ValueError(f"sim target: path must be 'nccl' or 'torchcomms', got {path!r}")
         for name in defects:

@@ -137,13 +137,22 @@ class ToyProcessGroup(dist.ProcessGroup):
         self._p2p[(src, dst)] = n
         return f"p2p/{src}->{dst}/{n}"
 
+    def _check_peer(self, op: str, peer: int) -> None:
+        if not 0 <= peer < self.size() or peer == self.rank():
+            raise ValueError(f"toyccl rank {self.rank()}: {op}: invalid peer {peer} (group size {self.size()})")
+
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> dist.Work:
+        self._check_peer("send", dst)
         self._store.set(self._p2p_key(self.rank(), dst), pickle.dumps([t.detach().cpu() for t in tensors]))
         return completed_work(tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
+        self._check_peer("recv", src)
         received = pickle.loads(self._store.get(self._p2p_key(src, self.rank())))
         for t, r in zip(tensors, received, strict=True):
+            if t.shape != r.shape or t.dtype != r.dtype:
+                raise ValueError(f"toyccl rank {self.rank()}: recv from rank {src}: expected {r.dtype}{list(r.shape)} "
+                                 f"as sent, but the receive buffer is {t.dtype}{list(t.shape)}")
             t.copy_(r)
         return completed_work(tensors)
 

@@ -1,0 +1,33 @@
+"""The vendor flow end to end: the example backend certifies; the flawed one names the requirement it broke."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+
+pytest.importorskip("toyccl", reason="examples/toyccl is not installed (pip install ./examples/toyccl)")
+pytest.importorskip("toyccl_flawed", reason="examples/toyccl_flawed is not installed")
+
+
+def _certify(backend: str, tmp_path: Path) -> tuple[int, dict]:
+    code = main(["certify", "--backend", backend, "--device", "cpu", "--import", backend, "--package", backend,
+                 "--world-sizes", "2", "--report-dir", str(tmp_path)])
+    return code, json.loads((tmp_path / "vendor.json").read_text())
+
+
+def test_example_backend_certifies(tmp_path: Path) -> None:
+    code, report = _certify("toyccl", tmp_path)
+    assert code == 0 and report["verdict"] == "conformant"
+    assert report["environment"].get("package") or report["environment"].get("backend_package")
+    assert report["digest"]
+
+
+def test_flawed_backend_is_non_conformant_naming_the_requirement(tmp_path: Path) -> None:
+    code, report = _certify("toyccl_flawed", tmp_path)
+    failed = {r["requirement"] for r in report["results"] if r["outcome"] == "fail" and r["level"] == "MUST"}
+    assert code == 1 and report["verdict"] == "non-conformant"
+    # the one flaw (allreduce_coalesced reduces only the first tensor) breaks the sync and async coalescing checks
+    assert failed == {"COAL-SYNC-RESULTS", "COAL-ASYNC-WAIT"}
+    assert "COAL-SYNC-RESULTS" in (tmp_path / "vendor.md").read_text()

@@ -1,0 +1,51 @@
+"""A check made to fail (a rank raising, crashing, hanging) is reported with the rank and the stack; the run goes on."""
+
+import pytest
+
+from conformance.runner.orchestrate import run_case
+from conformance.runner.pool import PoolSet
+from conformance.spec import load_catalog
+
+REQ = {r.id: r for r in load_catalog()}
+
+
+@pytest.fixture(scope="module")
+def pools():
+    p = PoolSet()
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize(("kind", "status"), [("raise", "raised"), ("exit", "crashed"), ("hang", "timed out")])
+def test_fault_is_reported_with_rank_and_stack_then_the_run_goes_on(pools, kind, status) -> None:
+    req = REQ["COAL-SYNC-RESULTS"]
+    faulty = run_case(pools, req, "sim", 2, timeout_s=3.0, env={"SIM_FAULT": f"1:allreduce:{kind}"})
+    assert faulty.outcome == "error"
+    rank1 = next(r for r in faulty.ranks if r["rank"] == 1)
+    assert "rank 1" in faulty.detail
+    if kind == "raise":
+        assert "injected fault: rank 1 raised at allreduce" in faulty.detail
+        assert "maybe_inject" in rank1["traceback"]
+    else:
+        assert rank1.get("status") in ("crashed", "timeout")
+        assert status.split()[0] in faulty.detail or "exit code" in faulty.detail
+    if kind == "hang":
+        assert "maybe_inject" in rank1["traceback"]  # the Python stack of the hung rank
+    after = run_case(pools, req, "sim", 2, timeout_s=10.0)
+    assert after.outcome == "pass", after.detail
+
+
+def test_capability_gaps_skip_or_are_not_observable_with_the_capability_named(pools) -> None:
+    skip = run_case(pools, REQ["SPLIT-LINEAGE"], "gloo", 2)
+    assert skip.outcome == "skip" and "split" in skip.detail
+    blind = run_case(pools, REQ["P2P-LAZY-PAIR-COMM"], "gloo", 2)
+    assert blind.outcome == "not-observable" and "observe:comms" in blind.detail
+
+
+def test_process_state_does_not_leak_between_checks(pools) -> None:
+    import torch.distributed as dist
+
+    first = run_case(pools, REQ["QUAL-OOT-REGISTRATION"], "sim", 2)
+    again = run_case(pools, REQ["QUAL-OOT-REGISTRATION"], "sim", 2)
+    assert first.outcome == again.outcome == "pass", (first.detail, again.detail)
+    assert "cfmtoy" not in dist.Backend.backend_list

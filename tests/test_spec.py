@@ -1,0 +1,70 @@
+"""The spec catalog: loading, validation errors naming file/id/field, binding to checks."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conformance.checks import bind_checks
+from conformance.checks.registry import _REGISTRY
+from conformance.spec import AREAS, SpecError, load_catalog
+from conformance.spec.catalog import SPEC_DIR
+
+
+@pytest.fixture
+def spec_copy(tmp_path: Path) -> Path:
+    for area in AREAS:
+        shutil.copy(SPEC_DIR / f"{area}.toml", tmp_path / f"{area}.toml")
+    return tmp_path
+
+
+def test_catalog_covers_every_area_with_unique_ids() -> None:
+    catalog = load_catalog()
+    assert {r.area for r in catalog} == set(AREAS)
+    assert len({r.id for r in catalog}) == len(catalog)
+    assert all(r.level in ("MUST", "SHOULD") and r.source and r.torch for r in catalog)
+
+
+def test_every_requirement_has_a_check_and_back() -> None:
+    assert set(bind_checks(load_catalog())) == {r.id for r in load_catalog()}
+
+
+def test_bad_level_names_file_requirement_and_field(spec_copy: Path) -> None:
+    path = spec_copy / "split.toml"
+    path.write_text(path.read_text().replace('level = "MUST"', 'level = "MAY"', 1))
+    with pytest.raises(SpecError) as err:
+        load_catalog(spec_copy)
+    assert (err.value.file, err.value.requirement, err.value.field) == ("split.toml", "SPLIT-UNBOUND-REFUSED", "level")
+
+
+def test_missing_field_is_named(spec_copy: Path) -> None:
+    path = spec_copy / "hints.toml"
+    text = path.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith('source = "ProcessGroupNCCL.Options'))
+    path.write_text(text.replace(line + "\n", "", 1))
+    with pytest.raises(SpecError, match=r"hints.toml: requirement 'HINT-INIT-OPTIONS', field 'source'"):
+        load_catalog(spec_copy)
+
+
+def test_bad_torch_range_and_duplicate_id(spec_copy: Path) -> None:
+    path = spec_copy / "p2p.toml"
+    path.write_text(path.read_text().replace('torch = ">=2.13"', 'torch = "two"', 1))
+    with pytest.raises(SpecError, match="field 'torch'"):
+        load_catalog(spec_copy)
+    shutil.copy(SPEC_DIR / "p2p.toml", path)
+    dup = (spec_copy / "coalescing.toml")
+    dup.write_text(dup.read_text().replace('id = "COAL-SYNC-RESULTS"', 'id = "P2P-DATA"'))
+    with pytest.raises(SpecError, match="duplicate id"):
+        load_catalog(spec_copy)
+
+
+def test_requirement_without_check_and_check_without_requirement_are_errors() -> None:
+    catalog = load_catalog()
+    saved = _REGISTRY.pop("P2P-DATA")
+    try:
+        with pytest.raises(SpecError, match="P2P-DATA.*has no check"):
+            bind_checks(catalog)
+    finally:
+        _REGISTRY["P2P-DATA"] = saved
+    with pytest.raises(SpecError, match="check has no requirement"):
+        bind_checks([r for r in catalog if r.id != "P2P-DATA"])
