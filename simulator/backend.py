@@ -255,14 +255,15 @@ class SimProcessGroup(dist.ProcessGroup):
         faults.maybe_inject(self.my_global_rank, op)
         return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced))
 
-    def _coalesced(self, op: str, fns: list[Callable[[Fabric], Any]], async_op: bool) -> SimWork | None:
+    def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool) -> SimWork | None:
+        """One launch, one exchange for a whole coalesced block (``run(fabric, which_ops)``)."""
         if defects.active("coalesced_drops_tail"):
-            fns = fns[:1]
+            count = min(count, 1)
         if defects.active("coalesced_per_op_launch"):
-            works = [self._launch(op, fn) for fn in fns]
+            works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1))) for i in range(count)]
             work = works[-1] if works else None
         else:
-            work = self._launch(f"{op}_coalesced", lambda f: [fn(f) for fn in fns], ops=len(fns), coalesced=True)
+            work = self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True)
         if async_op and defects.active("coalesced_async_no_works"):
             return None
         return work
@@ -273,9 +274,9 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._launch("allreduce", lambda f: f.all_reduce(tensors, op))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork | None:
-        """All tensors of a coalesced block in one launch."""
+        """All tensors of a coalesced block in one launch and one exchange."""
         op = reduce_op_name(opts.reduceOp)
-        return self._coalesced("allreduce", [lambda f, t=t: f.all_reduce([t], op) for t in tensors],
+        return self._coalesced("allreduce", lambda f, s: f.all_reduce(tensors[s], op), len(tensors),
                                bool(getattr(opts, "asyncOp", False)))
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
@@ -291,8 +292,8 @@ class SimProcessGroup(dist.ProcessGroup):
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None) -> SimWork | None:
         """Coalesced all_gather_into_tensor."""
-        fns = [lambda f, o=o, i=i: f.all_gather_into_tensor([o], [i]) for o, i in zip(outputs, inputs)]
-        return self._coalesced("allgather_into_tensor", fns, bool(getattr(opts, "asyncOp", False)))
+        return self._coalesced("allgather_into_tensor", lambda f, s: f.all_gather_into_tensor(outputs[s], inputs[s]),
+                               len(inputs), bool(getattr(opts, "asyncOp", False)))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -307,8 +308,9 @@ class SimProcessGroup(dist.ProcessGroup):
                                         opts: Any = None) -> SimWork | None:
         """Coalesced reduce_scatter_tensor."""
         op = reduce_op_name(opts.reduceOp)
-        fns = [lambda f, o=o, i=i: f.reduce_scatter_tensor([o], [i], op) for o, i in zip(outputs, inputs)]
-        return self._coalesced("reduce_scatter_tensor", fns, bool(getattr(opts, "asyncOp", False)))
+        return self._coalesced("reduce_scatter_tensor",
+                               lambda f, s: f.reduce_scatter_tensor(outputs[s], inputs[s], op), len(inputs),
+                               bool(getattr(opts, "asyncOp", False)))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 

@@ -5,6 +5,7 @@ import pytest
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
 from conformance.spec import load_catalog
+from tests import state_tasks
 
 REQ = {r.id: r for r in load_catalog()}
 
@@ -43,9 +44,11 @@ def test_capability_gaps_skip_or_are_not_observable_with_the_capability_named(po
 
 
 def test_process_state_does_not_leak_between_checks(pools) -> None:
-    import torch.distributed as dist
-
-    first = run_case(pools, REQ["QUAL-OOT-REGISTRATION"], "sim", 2)
-    again = run_case(pools, REQ["QUAL-OOT-REGISTRATION"], "sim", 2)
-    assert first.outcome == again.outcome == "pass", (first.detail, again.detail)
-    assert "cfmtoy" not in dist.Backend.backend_list
+    task = f"{state_tasks.__name__}:snapshot"
+    before = [r.value for r in pools.get(2).run(task, {}, 30)]
+    for rid in ("QUAL-OOT-REGISTRATION", "QUAL-OOT-REREGISTER", "HINT-TORCHCOMMS-OPTIONS", "SPLIT-MEMBERSHIP"):
+        run_case(pools, REQ[rid], "sim", 2)
+    after = [r.value for r in pools.get(2).run(task, {}, 30)]
+    assert after == before
+    assert not any(s["initialized"] for s in after)
+    assert all("cfmtoy" not in s["backend_list"] and "SIM" not in s["plugins"] for s in after)
