@@ -64,16 +64,6 @@ def _creator_options_copied() -> list[Callable[[], None]]:
     return [_patch(dist.Backend, "register_backend", lambda original: staticmethod(make(original)))]
 
 
-def _devices_string_split() -> list[Callable[[], None]]:
-    def make(original: Any) -> Any:
-        def register(name: str, func: Any, extended_api: bool = False, devices: Any = None) -> None:
-            return original(name, func, extended_api, list(devices) if isinstance(devices, str) else devices)
-
-        return register
-
-    return [_patch(dist.Backend, "register_backend", lambda original: staticmethod(make(original)))]
-
-
 def _empty_batch_accepted() -> list[Callable[[], None]]:
     def make(original: Any) -> Any:
         return lambda ops: [] if not ops else original(ops)
@@ -99,7 +89,6 @@ MUTANTS: dict[str, tuple[str, Callable[[], list[Callable[[], None]]]]] = {
     "frontend_filter_ignored": ("split_group ignores its backend filter", _filter_ignored),
     "frontend_creator_options_copied": ("the creator receives a copy of pg_options, not the caller's object",
                                         _creator_options_copied),
-    "frontend_devices_string_split": ("register_backend(devices='cpu') records 'c', 'p', 'u'", _devices_string_split),
     "frontend_empty_batch_accepted": ("batch_isend_irecv([]) returns [] instead of refusing", _empty_batch_accepted),
     "frontend_mixed_types_swallowed": ("a coalescing block of mixed op types is dropped without an error",
                                        _mixed_types_swallowed),

@@ -183,10 +183,14 @@ def oot_reregister(ctx: CheckContext) -> None:
 
 @check("QUAL-OOT-DEVICES-STRING")
 def oot_devices_string(ctx: CheckContext) -> None:
-    """devices='cpu' is one device or refused, never 'c','p','u'."""
+    """devices='cpu' is one device or refused, never 'c','p','u' (in the capability or the device map)."""
+    before = dict(dist.Backend.default_device_backend_map)
     try:
         dist.Backend.register_backend("cfmstr", _recording_creator([]), extended_api=True, devices="cpu")
     except (ValueError, TypeError) as exc:
         ctx.note(f"devices='cpu' refused: {exc}")
         return
     ctx.expect_equal("capability recorded for devices='cpu'", ["cpu"], list(dist.Backend.backend_capability["cfmstr"]))
+    gained = sorted(set(dist.Backend.default_device_backend_map) - set(before))
+    ctx.expect(gained in ([], ["cpu"]), "devices added to default_device_backend_map by devices='cpu'", "none or cpu",
+               gained)
