@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from simulator import defects, faults
-from simulator.comm import Communicator, rendezvous, shm_prefix
+from simulator.comm import Communicator, rendezvous, root_store, world_namespace
 from simulator.config import SimOptions, options_to_hints, parse_hints
 from simulator.errors import P2PMismatch
 from simulator.events import LOG
@@ -50,13 +50,15 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store: dist.Store, rank: int, size: int, global_ranks: list[int],
                  options: SimOptions | None, timeout_s: float, *, comm_store: dist.Store,
-                 prefix: str, comm: Communicator | None = None, is_world: bool = False) -> None:
+                 prefix: str, root: dist.Store | None = None, namespace: str = "",
+                 comm: Communicator | None = None, is_world: bool = False) -> None:
         super().__init__(rank, size)
         self._store = store
         self._comm_store = comm_store
         self._global_ranks = global_ranks
         self._timeout_s = timeout_s
         self._prefix = prefix
+        self._root, self._namespace = root, namespace
         self._options = options if options is not None else SimOptions()
         if not defects.active("invalid_options_accepted"):
             self._options.validate()
@@ -154,6 +156,7 @@ class SimProcessGroup(dist.ProcessGroup):
             id=comm_id, members=members, rank=self.my_global_rank, mode=mode,
             config=self._config if config is None else config, store=self._comm_store,
             timeout_s=self._timeout_s, prefix=self._prefix, parent=parent, device=device,
+            root=self._root, namespace=self._namespace,
         )
 
     def _main_comm(self) -> Communicator:
@@ -217,7 +220,7 @@ class SimProcessGroup(dist.ProcessGroup):
         child = SimProcessGroup(
             dist.PrefixStore(f"{group_name}/", self._comm_store), ranks.index(self.rank()), len(ranks),
             members, options, _timeout_s(timeout) if timeout else self._timeout_s,
-            comm_store=self._comm_store, prefix=self._prefix, comm=comm,
+            comm_store=self._comm_store, prefix=self._prefix, root=self._root, namespace=self._namespace, comm=comm,
         )
         child.setGroupName(group_name)
         return child
@@ -461,18 +464,20 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
     if is_world:
         if defects.active("init_drops_options"):
             pg_options = None
-        prefix = shm_prefix(store, rank)
-        comm_store = store
-        return SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s,
-                               comm_store=comm_store, prefix=prefix, is_world=True)
+        prefix, namespace = world_namespace(store, rank)
+        root = root_store(store)
+        comm_store = dist.PrefixStore(namespace, root) if root is not None else store
+        return SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
+                               prefix=prefix, root=root, namespace=namespace if root is not None else "",
+                               is_world=True)
     world = dist.distributed_c10d._get_default_group()
     if not isinstance(world, SimProcessGroup):
         raise RuntimeError("simulator: a 'sim' subgroup needs a 'sim' default group")
     options = pg_options
     if defects.active("split_drops_options"):
         options = None
-    group = SimProcessGroup(store, rank, size, global_ranks, options, timeout_s,
-                            comm_store=world._comm_store, prefix=world._prefix)
+    group = SimProcessGroup(store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store,
+                            prefix=world._prefix, root=world._root, namespace=world._namespace)
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
     return group

@@ -20,13 +20,23 @@ from simulator.stream import Stream
 MAIN_STREAM = "main"
 
 
-def shm_prefix(store: dist.Store, rank: int) -> str:
-    """A shared-memory name prefix every rank of a world agrees on (the runner's, if it set one)."""
-    if os.environ.get("CONFORMANCE_SHM_PREFIX"):
-        return os.environ["CONFORMANCE_SHM_PREFIX"]
+def world_namespace(store: dist.Store, rank: int) -> tuple[str, str]:
+    """(shm name prefix, store key namespace) every rank of a world agrees on.
+
+    The shm prefix is the runner's (CONFORMANCE_SHM_PREFIX) when it set one, so it can sweep
+    leftovers after a crash. The namespace keeps the simulator's keys apart from other worlds'
+    on a shared store server.
+    """
     if rank == 0:
-        store.set("sim_shm_prefix", f"sim{os.getpid()}_{time.monotonic_ns() % 10**8}_")
-    return store.get("sim_shm_prefix").decode()
+        store.set("sim_world_uid", f"{os.getpid()}_{time.monotonic_ns() % 10**9}")
+    uid = store.get("sim_world_uid").decode()
+    return os.environ.get("CONFORMANCE_SHM_PREFIX") or f"sim{uid}_", f"sim/{uid}/"
+
+
+def root_store(store: dist.Store) -> dist.Store | None:
+    """The store under every PrefixStore of ``store`` (what per-thread connections are cloned from)."""
+    root = getattr(store, "_underlying_non_prefix_store", None)
+    return root if isinstance(root, dist.TCPStore) else None
 
 
 def rendezvous(store: dist.Store, key: str, rank: int, members: list[int], timeout_s: float, what: str) -> None:
@@ -61,6 +71,8 @@ class Communicator:
     store: dist.Store
     timeout_s: float
     prefix: str
+    root: dist.Store | None = None
+    namespace: str = ""
     parent: str | None = None
     device: str | None = None
     split_count: int = 0
@@ -75,6 +87,8 @@ class Communicator:
             self.rank,
             self.timeout_s,
             self.prefix,
+            root=self.root,
+            prefixes=(self.namespace, f"comm/{self.id}/"),
         )
         LOG.record(
             "comm_created",

@@ -17,12 +17,14 @@ each message gets its own segment, unlinked by the receiver once mapped.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import math
 import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -31,15 +33,17 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from simulator import shm
+from simulator import connections, shm
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.reduction import dtype_name, reduce_into, unsupported
 
 _ALIGN = 64
 _PAGE = 4096
 _MIN_SLOT = 1 << 16
-_SPLIT_BYTES = 1 << 18  # tensors this large are reduced in n chunks, one chunk per rank
+_SPLIT_BYTES = 4 << 20  # tensors this large are reduced in n chunks, one chunk per rank (measured)
 _POLL_MAX_S = 1e-3
+_CLOSE_GRACE_S = 10.0
+_INSTANCES = itertools.count()  # makes segment names unique per Fabric within a process
 
 
 def _tdesc(t: Tensor) -> str:
@@ -100,7 +104,8 @@ class Fabric:
     """
 
     def __init__(self, store: dist.Store, comm_id: str, members: list[int], my_rank: int,
-                 timeout_s: float, shm_prefix: str):
+                 timeout_s: float, shm_prefix: str, *, root: dist.Store | None = None,
+                 prefixes: tuple[str, ...] = ()):
         if my_rank not in members:
             raise ValueError(f"comm {comm_id}: rank {my_rank} is not a member of {members}")
         self.comm_id = comm_id
@@ -110,8 +115,12 @@ class Fabric:
         self.timeout_s = timeout_s
         self.seq = 0
         self._base = store
+        self._root, self._prefixes = root, prefixes  # per-thread: `store` rebuilt over a reused connection
         self._tls = threading.local()
-        self._stem = f"{shm_prefix}{re.sub(r'[^A-Za-z0-9_.-]', '_', comm_id)}.r{my_rank}"
+        comm = re.sub(r"[^A-Za-z0-9_.-]", "_", comm_id)
+        if len(comm) > 64:
+            comm = f"{comm[:48]}~{zlib.crc32(comm.encode()):08x}"
+        self._stem = f"{shm_prefix}{comm}.r{my_rank}.{os.getpid()}x{next(_INSTANCES)}"
         self._coll_lock = threading.Lock()
         self._own: Tensor | None = None
         self._own_name: str | None = None
@@ -138,10 +147,15 @@ class Fabric:
         """This thread's own store connection (a blocking wait must not stall other threads)."""
         st = getattr(self._tls, "store", None)
         if st is None:
-            try:
-                st = self._base.clone()
-            except (RuntimeError, AttributeError):
-                st = self._base
+            if self._root is not None:
+                st = connections.acquire(self._root)
+                for prefix in self._prefixes:  # innermost first, as `store` was built
+                    st = dist.PrefixStore(prefix, st)
+            else:
+                try:
+                    st = self._base.clone()
+                except (RuntimeError, AttributeError):
+                    st = self._base
             self._tls.store = st
         return st
 
@@ -174,6 +188,9 @@ class Fabric:
                     raise dist.DistStoreError("deadline passed")
                 st.set_timeout(datetime.timedelta(seconds=remaining))
                 raw = st.queue_pop(f"c/{self.me}").decode()
+            except dist.QueueEmptyError:  # the store's wait can wake up on an already drained queue
+                time.sleep(1e-4)
+                continue
             except dist.DistStoreError:
                 missing = sorted(self._g(j) for j in want - got.keys())
                 arrived = sorted(self._g(j) for j in got.keys() | {self.me})
@@ -193,7 +210,7 @@ class Fabric:
         """This rank's slot for op `seq`, growing the pooled segment when `need` bytes do not fit."""
         if need > self._slot_bytes:
             slot = -(-max(_MIN_SLOT, need, 2 * self._slot_bytes) // _PAGE) * _PAGE
-            name = f"{self._stem}.s{seq}.{os.getpid()}"
+            name = f"{self._stem}.s{seq}"
             self._own = shm.create(name, 2 * slot)
             self._own_name, self._slot_bytes = name, slot
             self._own_names.append(name)
@@ -457,7 +474,7 @@ class Fabric:
             self._outbox = [name for name in self._outbox if shm.exists(name)]
         name = None
         if tensor.numel():
-            name = f"{self._stem}.p{self._g(dst)}.{k}.{os.getpid()}"
+            name = f"{self._stem}.p{self._g(dst)}.{k}"
             buf = shm.create(name, _nbytes(tensor))
             with self._p2p_lock:
                 self._outbox.append(name)
@@ -561,12 +578,24 @@ class Fabric:
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
-        """Unlink every segment this rank still owns (unreceived sends are dropped) and drop mappings."""
+        """Unlink every segment this rank still owns and drop all mappings.
+
+        Sends not yet received get a grace period of min(timeout_s, 10 s) to be picked up; the
+        segments of those still unreceived after it are unlinked (those messages are dropped).
+        """
         if self._closed:
             return
         self._closed = True
-        with self._p2p_lock:
-            names, self._outbox = [*self._own_names, *self._outbox], []
-        for name in names:
+        deadline = time.monotonic() + min(self.timeout_s, _CLOSE_GRACE_S)
+        delay = 1e-4
+        while True:
+            with self._p2p_lock:
+                self._outbox = [name for name in self._outbox if shm.exists(name)]
+                unreceived = list(self._outbox)
+            if not unreceived or time.monotonic() >= deadline:
+                break
+            time.sleep(delay)
+            delay = min(2 * delay, 0.05)
+        for name in [*self._own_names, *unreceived]:
             shm.unlink(name)
         self._own, self._peer = None, [None] * self.n

@@ -1,4 +1,9 @@
-"""Streams: ordered executors, one thread each, that complete torch futures."""
+"""Streams: ordered executors that complete torch futures.
+
+Ops submitted to one stream run one after another on a thread of their own (like a CUDA stream).
+The thread exits once the stream has been idle for a moment and is started again on the next
+submit, so that idle communicators hold no thread and no store connection.
+"""
 
 from __future__ import annotations
 
@@ -9,35 +14,53 @@ from typing import Any
 
 import torch
 
+from simulator import connections
+
+_IDLE_EXIT_S = 0.05
+
 
 class Stream:
-    """Ops submitted to one stream run one after another on its own thread (like a CUDA stream)."""
+    """An ordered executor for one simulated stream."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], torch.futures.Future] | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._loop, name=f"sim-stream-{name}", daemon=True)
-        self._thread.start()
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], torch.futures.Future]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     def submit(self, fn: Callable[[], Any]) -> torch.futures.Future:
         """Queue ``fn``; the returned future completes with its result or exception."""
         fut: torch.futures.Future = torch.futures.Future()
-        self._queue.put((fn, fut))
+        with self._lock:
+            self._queue.put((fn, fut))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"sim-stream-{self.name}", daemon=True)
+                self._thread.start()
         return fut
 
     def _loop(self) -> None:
-        while (item := self._queue.get()) is not None:
-            fn, fut = item
-            try:
-                result = fn()
-            except BaseException as exc:  # noqa: BLE001 - delivered to the waiter
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
+        try:
+            while True:
+                try:
+                    fn, fut = self._queue.get(timeout=_IDLE_EXIT_S)
+                except queue.Empty:
+                    with self._lock:
+                        if self._queue.empty():
+                            self._thread = None
+                            return
+                    continue
+                try:
+                    result = fn()
+                except BaseException as exc:  # noqa: BLE001 - delivered to the waiter
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+        finally:
+            connections.release_thread()
 
-    def close(self) -> None:
-        """Finish queued ops, then stop the thread."""
-        self._queue.put(None)
-        self._thread.join(timeout=5)
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) for queued ops to finish."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=timeout_s)

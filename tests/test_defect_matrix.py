@@ -19,7 +19,7 @@ def test_build_matrix_flags_uncaught_defects_and_toothless_requirements() -> Non
 
 @pytest.mark.slow
 def test_every_defect_caught_every_requirement_has_teeth(tmp_path: Path) -> None:
-    assert run_matrix([2, 4], tmp_path, timeout_s=10.0) == 0
+    assert run_matrix([2, 4], tmp_path, timeout_s=4.0) == 0
     matrix = json.loads((tmp_path / "defects.json").read_text())
     assert matrix["kill_rate"] == 1.0 and matrix["teeth_rate"] == 1.0
     assert not matrix["clean_must_failures"]

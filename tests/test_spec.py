@@ -62,7 +62,7 @@ def test_requirement_without_check_and_check_without_requirement_are_errors() ->
     catalog = load_catalog()
     saved = _REGISTRY.pop("P2P-DATA")
     try:
-        with pytest.raises(SpecError, match="P2P-DATA.*has no check"):
+        with pytest.raises(SpecError, match=r"P2P-DATA.*has no check"):
             bind_checks(catalog)
     finally:
         _REGISTRY["P2P-DATA"] = saved

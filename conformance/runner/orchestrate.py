@@ -14,6 +14,8 @@ from conformance.spec import Requirement
 from conformance.targets import make_target
 
 TASK = "conformance.runner.execute:run_check"
+# A rank still running this long after the check's own timeout is hung: its stack is taken and the pool rebuilt.
+POOL_GRACE_S = 5.0
 # Which rank outcome wins when ranks disagree: the most serious first.
 _SEVERITY = [Outcome.ERROR, Outcome.FAIL, Outcome.NOT_OBSERVABLE, Outcome.SKIP, Outcome.PASS]
 
@@ -86,7 +88,7 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
             TASK,
             {"requirement_id": requirement.id, "target_name": target_name,
              "target_options": target_options, "timeout_s": timeout_s, "env": env},
-            timeout_s + 15.0,
+            timeout_s + POOL_GRACE_S,
         )
         outcome, detail, ranks = aggregate(reports)
         notes = list(dict.fromkeys(n for r in ranks for n in r.get("notes", [])))

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 LOOPBACK = "127.0.0.1"
@@ -81,6 +82,8 @@ def main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked copy of the parent's handler must not run here
     os.environ.update(env)
+    # N ranks share few cores: torch's default intra-op threads would spin against each other.
+    torch.set_num_threads(int(os.environ.get("CONFORMANCE_RANK_THREADS", "1")))
     stack_file = open(stack_path, "w")  # noqa: SIM115 - faulthandler writes to it for the process lifetime
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     threading.Thread(target=_watch_parent, args=(parent_pid,), name=WATCH_THREAD_NAME, daemon=True).start()

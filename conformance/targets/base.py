@@ -17,6 +17,7 @@ CAPABILITIES: dict[str, str] = {
     "device_binding": "an eager device binding at init (device_id)",
     "split": "torch.distributed.split_group on a bound parent",
     "options": "process-group options objects carrying NCCL-style fields",
+    "hints": "a hints map (torchcomms CommOptions.hints names) on the options object",
     "multi_device": "two device types in one process group",
     "custom_backend": "registering an out-of-tree backend in the rank processes",
     "torchcomms": "the torchcomms integration path",

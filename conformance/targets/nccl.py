@@ -232,6 +232,23 @@ class NcclTarget(Target):
             config[key] = None if value == _NCCL_CONFIG_UNDEF_INT else value
         return config
 
+    def effective_config_for(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
+        """The public option fields of the group's backend for ``device_type`` (e.g. gloo's on cpu)."""
+        if device_type == "cuda":
+            return self.effective_config(group)
+        opts = group._get_backend(torch.device(device_type)).options
+        fields = {k: getattr(opts, k) for k in dir(opts) if not k.startswith("_") and not callable(getattr(opts, k))}
+        config = getattr(opts, "config", None)
+        if config is not None:
+            fields.update({k: getattr(config, k, None) for k in _OPTION_FIELDS})
+        return fields
+
+    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        """Change fields of the group's ProcessGroupNCCL.Options in place."""
+        opts = group._get_backend(torch.device("cuda")).options
+        for key, value in fields.items():
+            setattr(opts if key == "is_high_priority_stream" else opts.config, key, value)
+
     def probe(self) -> NcclProbe:
         """This rank's probe; setup() must have run."""
         if self._probe is None:

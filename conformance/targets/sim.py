@@ -12,7 +12,7 @@ from conformance.outcomes import Skipped
 from conformance.targets.base import Target, WorldSpec
 
 _CAPS = frozenset({
-    "device_binding", "split", "options", "custom_backend", "torchcomms", "p2p_tags", "p2p_any_source",
+    "device_binding", "split", "options", "hints", "custom_backend", "torchcomms", "p2p_tags", "p2p_any_source",
     "observe:comms", "observe:launches", "observe:config", "observe:warnings",
 })
 

@@ -6,6 +6,7 @@ import ctypes
 import datetime
 import hashlib
 import os
+import queue
 import signal
 import threading
 import time
@@ -18,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import simulator.fabric
 from simulator import shm
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.fabric import Fabric
@@ -28,17 +30,24 @@ DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int
           torch.int32, torch.int64, torch.bool, torch.complex64]
 TOL = {torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float32: (1e-5, 1e-5),
        torch.complex64: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12)}
-LARGE_BYTES = 1 << 18  # at and above this size all_reduce / reduce use the chunk-per-rank path
+LARGE_BYTES = 1 << 18  # tests lower the chunk-per-rank threshold of all_reduce / reduce to this
 
 Body = Callable[[Fabric, int, int], Any]
 
 
 # ------------------------------------------------------------------ harness
-def _child(port: int, n: int, rank: int, prefix: str, timeout_s: float, fn: Body, q: Any) -> None:
+def _child(ports: Any, n: int, rank: int, prefix: str, timeout_s: float, fn: Body, q: Any) -> None:
     try:
         torch.set_num_threads(1)  # 4+ ranks on 2 cores: spinning intra-op threads would starve peers
-        client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+        client = dist.TCPStore("127.0.0.1", ports.get(timeout=30), is_master=False,
+                               timeout=datetime.timedelta(seconds=30))
         fab = Fabric(dist.PrefixStore("fab", client), "c0", list(range(n)), rank, timeout_s, prefix)
+        # Connect this thread's store clone and line everyone up before the body runs, so that a slow
+        # TCP connect (seen on these sandboxes: 1 s + 5 s now and then) cannot trip short op timeouts.
+        fab._st()
+        if client.add("ready", 1) == n:
+            client.set("go", "1")
+        client.wait(["go"])
         try:
             out = fn(fab, rank, n)
         finally:
@@ -51,25 +60,26 @@ def _child(port: int, n: int, rank: int, prefix: str, timeout_s: float, fn: Body
 def run_ranks(n: int, fn: Body, prefix: str, *, timeout_s: float = 10.0, deadline_s: float = 40.0,
               on_start: Callable[[list[Any]], None] | None = None) -> dict[int, tuple[str, Any]]:
     """Run fn(fabric, rank, n) in n forked processes; return {rank: ("ok", value) | ("err", (type, msg))}."""
-    master = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
-    q = CTX.Queue()
-    procs = [CTX.Process(target=_child, args=(master.port, n, r, prefix, timeout_s, fn, q), daemon=True)
+    q, ports = CTX.Queue(), CTX.Queue()
+    procs = [CTX.Process(target=_child, args=(ports, n, r, prefix, timeout_s, fn, q), daemon=True)
              for r in range(n)]
-    for p in procs:
+    for p in procs:  # fork before the store's server thread exists: forking a threaded process can deadlock
         p.start()
+    master = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
+    for _ in procs:
+        ports.put(master.port)
     if on_start is not None:
         on_start(procs)
     results: dict[int, tuple[str, Any]] = {}
     end = time.monotonic() + deadline_s
     try:
-        while len(results) < n and time.monotonic() < end and any(p.is_alive() for p in procs):
+        while len(results) < n and time.monotonic() < end:
             try:
                 rank, status, value = q.get(timeout=0.2)
-            except Exception:  # queue.Empty
+            except queue.Empty:
+                if not any(p.is_alive() for p in procs) and q.empty():
+                    break
                 continue
-            results[rank] = (status, value)
-        while len(results) < n and not q.empty():
-            rank, status, value = q.get(timeout=1)
             results[rank] = (status, value)
     finally:
         for p in procs:
@@ -88,7 +98,8 @@ def ok_values(results: dict[int, tuple[str, Any]], n: int) -> list[Any]:
 
 
 @pytest.fixture
-def prefix(request: pytest.FixtureRequest) -> Any:
+def prefix(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(simulator.fabric, "_SPLIT_BYTES", LARGE_BYTES)  # inherited by forked ranks
     name = f"fabtest{os.getpid()}_{zlib.crc32(request.node.nodeid.encode()):08x}_"
     yield name
     left = [f for f in os.listdir(shm.SHM_DIR) if f.startswith(name)]
@@ -407,6 +418,18 @@ def test_non_contiguous_views(prefix: str) -> None:
         big = torch.zeros(12, 16)[:, ::2]
         fab.all_gather_into_tensor([big], [base])
         fails += [] if torch.equal(big, torch.cat([mine * (r + 1) for r in range(n)])) else ["agit"]
+        rs_in = [torch.arange(32.0).view(8, 4) * (r + 1) for r in range(n)]
+        rs = torch.zeros(4, 8)[:, ::2]
+        fab.reduce_scatter_tensor([rs], [rs_in[rank].t()], "sum")
+        want = sum(x.t().reshape(-1)[rank * 16:(rank + 1) * 16] for x in rs_in).view(4, 4)
+        fails += [] if torch.equal(rs, want) else ["reduce_scatter"]
+        a2a_in = [(torch.arange(24.0).view(4, 6) * (r + 1))[:, ::2] for r in range(n)]
+        a2a = torch.zeros(4, 6)[:, ::2]
+        fab.all_to_all_single(a2a, a2a_in[rank], None, None)
+        fails += [] if torch.equal(a2a, torch.cat([x[rank * 2:rank * 2 + 2] for x in a2a_in])) else ["a2a"]
+        bc = torch.full((6, 8), float(rank))[:, ::2]
+        fab.broadcast([bc], 1)
+        fails += [] if torch.equal(bc, torch.ones(6, 4)) else ["broadcast"]
         if rank == 0:
             fab.send(base.t(), 1, 0)
         else:
@@ -486,7 +509,11 @@ def test_sigkill_mid_run_then_sweep(prefix: str) -> None:
             fab.all_reduce([torch.ones(1 << 17)], "sum")
 
     def killer(procs: list[Any]) -> None:
-        time.sleep(1.0)
+        end = time.monotonic() + 15
+        while time.monotonic() < end and not [f for f in os.listdir(shm.SHM_DIR) if f.startswith(prefix)
+                                              and ".p0." in f]:
+            time.sleep(0.01)
+        time.sleep(0.3)  # let it run a few all_reduces
         os.kill(procs[1].pid, signal.SIGKILL)
 
     results = run_ranks(2, body, prefix, timeout_s=1.0, deadline_s=20, on_start=killer)
