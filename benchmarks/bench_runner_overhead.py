@@ -1,4 +1,6 @@
-"""Per-task overhead of persistent rank pools vs. starting a fresh fork pool per task.
+"""Per-task overhead of persistent rank pools vs. starting a fresh fork pool per task, and the
+full per-check overhead of the runner (precheck, dispatch, target setup, process-state snapshot and
+restore, the end-of-check rank barrier, aggregation) for a trivial check on the simulator.
 
 Run: /tmp/venv/bin/python benchmarks/bench_runner_overhead.py [--runs 200]
 """
@@ -14,7 +16,12 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from conformance.runner import RankPool
+from conformance.runner import PoolSet, RankPool
+from conformance.runner.orchestrate import run_case
+from conformance.spec import load_catalog
+
+# A check that does almost nothing on the ranks (registers a toy backend, reads two dicts).
+TRIVIAL_CHECK = "QUAL-OOT-DEVICES-STRING"
 
 TASK = f"{__name__}:noop"  # resolvable in fork workers, which share this __main__
 
@@ -60,6 +67,22 @@ def bench_fresh_pool(world_size: int, runs: int) -> list[float]:
     return samples
 
 
+def bench_check(world_size: int, runs: int, warmup: int = 10) -> list[float]:
+    """Wall time of run_case for the trivial check on the simulator, after warm-up."""
+    req = next(r for r in load_catalog() if r.id == TRIVIAL_CHECK)
+    pools = PoolSet()
+    try:
+        samples = []
+        for i in range(warmup + runs):
+            started = time.perf_counter()
+            run_case(pools, req, "sim", world_size)
+            if i >= warmup:
+                samples.append(time.perf_counter() - started)
+        return samples
+    finally:
+        pools.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="timed runs per world size")
@@ -75,6 +98,9 @@ def main() -> None:
     print(f"fresh fork pool per task ws=4 ({args.fresh_runs} runs): "
           f"median {fresh[0]:7.2f} ms   p90 {fresh[1]:7.2f} ms")
     print(f"ratio fresh/persistent at ws=4 (median): {fresh[0] / pooled[4][0]:.1f}x")
+    check = _ms(bench_check(4, max(20, args.runs // 4)))
+    print(f"full per-check path ws=4 ({TRIVIAL_CHECK} on sim): median {check[0]:7.2f} ms   p90 {check[1]:7.2f} ms")
+    print(f"ratio fresh-pool-per-check/full-check at ws=4 (median): {fresh[0] / check[0]:.1f}x")
 
 
 if __name__ == "__main__":

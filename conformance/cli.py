@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance.report import Result, write_report
-from conformance.session import Selection, SuiteRun, load_bound_catalog, run_suite
+from conformance.session import Selection, SuiteRun, load_bound_catalog, run_suite, statements
 from conformance.spec import SpecError
 
 SYMBOLS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skip": "[dim]skip[/]",
@@ -57,7 +57,7 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
 
 
 def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
-    json_path, md_path = write_report(run.report, args.report_dir)
+    json_path, md_path = write_report(run.report, args.report_dir, statements())
     verdict = run.report["verdict"]
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:

@@ -25,7 +25,7 @@ from conformance.report import (
 )
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
-from conformance.session import load_bound_catalog
+from conformance.session import load_bound_catalog, statements
 from conformance.spec import Requirement
 from conformance.targets import available_targets, make_target
 
@@ -121,7 +121,7 @@ class _Collector:
             environment = collect_environment(make_target(target).environment()) if target != "vendor" else \
                 collect_environment()
             report = build_report(target, results, environment, interrupted=self.interrupted)
-            write_report(report, self.report_dir)
+            write_report(report, self.report_dir, statements())
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -57,6 +57,11 @@ def load_bound_catalog() -> list[Requirement]:
     return catalog
 
 
+def statements() -> dict[str, str]:
+    """Requirement id -> its statement, with the spec's finding appended where it has one."""
+    return {r.id: r.statement + (f" Finding: {r.finding}" if r.finding else "") for r in load_catalog()}
+
+
 def run_suite(
     target: str,
     world_sizes: Iterable[int],

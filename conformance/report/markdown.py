@@ -78,8 +78,13 @@ def _indent(text: str) -> list[str]:
     return ["  ```", *(f"  {line}" for line in text.splitlines()), "  ```"]
 
 
-def _rank_line(rank: dict[str, Any]) -> str:
-    return "  - " + ", ".join(f"{k}={v}" for k, v in rank.items())
+def _rank_lines(rank: dict[str, Any]) -> list[str]:
+    """The rank's stack or traceback (the detail line above already names it and what it saw)."""
+    trace = (rank.get("traceback") or "").strip()
+    if not trace:
+        return []
+    status = rank.get("status") or rank.get("outcome", "")
+    return [f"  - rank {rank.get('rank')} ({status}), last frames:", *_indent("\n".join(trace.splitlines()[-12:]))]
 
 
 def _findings(report: dict[str, Any]) -> list[str]:
@@ -89,7 +94,8 @@ def _findings(report: dict[str, Any]) -> list[str]:
         lines.append(f"- {SYMBOLS[r['outcome']]} `{r['requirement']}` ({r['level']}, {r['area']}) "
                      f"at world size {r['world_size']}:")
         lines += _indent(r["detail"] or "(no detail)")
-        lines += [_rank_line(rank) for rank in r.get("ranks", [])]
+        for rank in r.get("ranks", []):
+            lines += _rank_lines(rank)
     if not failures:
         lines.append("No failures or errors.")
     lines += ["", "### Waivers", ""]

@@ -35,7 +35,8 @@ def sample_results():
         res("QUAL-1", "pass", ws=4),
         res("SPLIT-1", "fail", area="split", ws=2,
             detail="rank 1: split_group child bound to cuda:0, expected cuda:1",
-            ranks=[{"rank": 1, "seen": "cuda:0", "expected": "cuda:1"}]),
+            ranks=[{"rank": 1, "outcome": "error", "status": "timeout",
+                    "traceback": "File \"split.py\", line 3, in wait_for_peer"}]),
         res("HINT-1", "not-observable", area="hints", level="SHOULD", notes=["probe lacks observe:config"]),
         res("P2P-1", "error", area="p2p", level="SHOULD", detail="rank 0 timed out in recv"),
     ]
@@ -196,7 +197,7 @@ def test_markdown_matrix_and_findings():
     assert md.index("### hints") < md.index("### qualification") < md.index("### split")
     findings = md[md.index("## Failures and findings"):]
     assert "rank 1: split_group child bound to cuda:0, expected cuda:1" in findings
-    assert "rank=1, seen=cuda:0, expected=cuda:1" in findings
+    assert "rank 1 (timeout), last frames:" in findings and "in wait_for_peer" in findings
     assert "rank 0 timed out in recv" in findings
     assert "known defect (https://example.org/1)" in findings
     assert "S-1 now passes" in findings
