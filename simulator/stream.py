@@ -24,7 +24,7 @@ class Stream:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], torch.futures.Future]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], torch.futures.Future] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -42,13 +42,16 @@ class Stream:
         try:
             while True:
                 try:
-                    fn, fut = self._queue.get(timeout=_IDLE_EXIT_S)
+                    item = self._queue.get(timeout=_IDLE_EXIT_S)
                 except queue.Empty:
+                    item = None
+                if item is None:  # idle, or close() asked us to stop once the queue is drained
                     with self._lock:
                         if self._queue.empty():
                             self._thread = None
                             return
                     continue
+                fn, fut = item
                 try:
                     result = fn()
                 except BaseException as exc:  # noqa: BLE001 - delivered to the waiter
@@ -59,8 +62,10 @@ class Stream:
             connections.release_thread()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Wait (bounded) for queued ops to finish."""
+        """Wait (bounded) for queued ops to finish; the thread then stops without idling."""
         with self._lock:
             thread = self._thread
+            if thread is not None:
+                self._queue.put(None)
         if thread is not None:
             thread.join(timeout=timeout_s)
