@@ -10,17 +10,10 @@ import torch.distributed as dist
 from conformance.checks.common import expect_allreduce_members, expect_raises
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
+from conformance.torchcomms_hints import HINT_KEYS
 
 OPTIONS: dict[str, Any] = {
     "is_high_priority_stream": True, "cga_cluster_size": 4, "max_ctas": 16, "min_ctas": 2, "net_name": "IB",
-}
-# Keys torchcomms reads for each option (torchcomms facts: camelCase or snake_case; netName only).
-TORCHCOMMS_KEYS: dict[str, tuple[str, ...]] = {
-    "is_high_priority_stream": ("is_high_priority_stream",),
-    "cga_cluster_size": ("cgaClusterSize", "cga_cluster_size"),
-    "max_ctas": ("maxCTAs", "max_ctas"),
-    "min_ctas": ("minCTAs", "min_ctas"),
-    "net_name": ("netName",),
 }
 
 
@@ -84,7 +77,7 @@ def torchcomms_options(ctx: CheckContext) -> None:
         return
     hints = _config(ctx, world, "torchcomms comm").get("hints") or {}
     for option, value in OPTIONS.items():
-        keys = TORCHCOMMS_KEYS[option]
+        keys = HINT_KEYS[option]
         found = {k: hints[k] for k in keys if k in hints}
         wanted = str(value).lower()
         ok = any(str(v).lower() == wanted for v in found.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -78,6 +79,17 @@ class Target(abc.ABC):
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
     ) -> dist.ProcessGroup:
         """Initialise the default process group as ``spec`` asks and return it."""
+
+    def _init_default_group(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
+                            timeout_s: float, device_id: torch.device | None = None) -> dist.ProcessGroup:
+        """init_process_group with the spec's backend (or the target's default) and options."""
+        if spec.mode not in ("eager", "lazy"):
+            raise ValueError(f"unknown world mode {spec.mode!r}; expected 'eager' or 'lazy'")
+        dist.init_process_group(
+            backend=spec.backend or self.default_backend, store=store, rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=timeout_s), pg_options=spec.pg_options, device_id=device_id,
+        )
+        return dist.group.WORLD
 
     def make_options(self, **fields: Any) -> Any:
         """A backend options object carrying NCCL-style fields (is_high_priority_stream, ...)."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import torch.distributed as dist
 
 from conformance.outcomes import Skipped
@@ -39,8 +37,4 @@ class GlooTarget(Target):
         if spec.mode == "eager":
             raise Skipped("gloo target lacks capability 'device_binding': torch 2.13 rejects "
                           "device_id=cpu ('must be an accelerator with an index')")
-        dist.init_process_group(
-            spec.backend or self.default_backend, store=store, rank=rank, world_size=world_size,
-            timeout=timedelta(seconds=timeout_s), pg_options=spec.pg_options,
-        )
-        return dist.group.WORLD
+        return self._init_default_group(store, rank, world_size, spec, timeout_s)

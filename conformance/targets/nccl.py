@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -193,20 +192,10 @@ class NcclTarget(Target):
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
     ) -> dist.ProcessGroup:
         """init_process_group on the store; eager binds cuda:<local rank> as device_id."""
-        if spec.mode not in ("eager", "lazy"):
-            raise ValueError(f"unknown world mode {spec.mode!r}; expected 'eager' or 'lazy'")
         device = self.device(rank)
         torch.cuda.set_device(device)
-        dist.init_process_group(
-            backend=spec.backend or self.default_backend,
-            store=store,
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-            pg_options=spec.pg_options,
-            device_id=device if spec.mode == "eager" else None,
-        )
-        return dist.group.WORLD
+        return self._init_default_group(store, rank, world_size, spec, timeout_s,
+                                        device if spec.mode == "eager" else None)
 
     def make_options(self, **fields: Any) -> Any:
         """A ProcessGroupNCCL.Options with is_high_priority_stream and NCCL config fields set."""

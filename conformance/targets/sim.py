@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
@@ -59,11 +58,7 @@ class SimTarget(Target):
     def init_world(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
                    timeout_s: float) -> dist.ProcessGroup:
         simulator.Settings.path = spec.extra.get("path", self.path)
-        dist.init_process_group(
-            spec.backend or self.default_backend, store=store, rank=rank, world_size=world_size,
-            timeout=timedelta(seconds=timeout_s), pg_options=spec.pg_options,
-        )
-        world = dist.group.WORLD
+        world = self._init_default_group(store, rank, world_size, spec, timeout_s)
         if spec.mode == "eager":
             if not isinstance(world, simulator.SimProcessGroup):
                 raise Skipped(f"sim target: eager binding needs a simulator world, not {spec.backend!r}")

@@ -27,15 +27,8 @@ import torch.distributed.config as dist_config
 
 from conformance.targets.base import WorldSpec
 from conformance.targets.nccl import NcclTarget
+from conformance.torchcomms_hints import HINT_KEYS
 
-# Options field -> the hint keys torchcomms' nccl backend reads for it.
-_HINT_KEYS: dict[str, tuple[str, ...]] = {
-    "is_high_priority_stream": ("is_high_priority_stream",),
-    "cga_cluster_size": ("cgaClusterSize", "cga_cluster_size"),
-    "max_ctas": ("maxCTAs", "max_ctas"),
-    "min_ctas": ("minCTAs", "min_ctas"),
-    "net_name": ("netName",),
-}
 _TRUE = ("1", "true", "yes", "y")
 _FALSE = ("0", "false", "no", "n")
 
@@ -113,7 +106,7 @@ class TorchcommsTarget(NcclTarget):
             return super().effective_config(group)
         hints = dict(backend.get_comm().get_options().hints)
         config: dict[str, Any] = {"hints": hints}
-        for field, keys in _HINT_KEYS.items():
+        for field, keys in HINT_KEYS.items():
             raw = next((hints[k] for k in keys if k in hints), None)
             config[field] = None if raw is None else _hint_value(raw)
         return config

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from datetime import timedelta
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from types import ModuleType
 from typing import Any
@@ -128,22 +127,12 @@ class VendorTarget(Target):
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
     ) -> dist.ProcessGroup:
         """init_process_group with ``<device>:<backend>``; eager binds the accelerator device."""
-        if spec.mode not in ("eager", "lazy"):
-            raise ValueError(f"unknown world mode {spec.mode!r}; expected 'eager' or 'lazy'")
         if spec.mode == "eager" and not self.accelerator:
             raise Skipped(
                 f"backend {self.backend!r} runs on cpu: an eager world needs capability device_binding"
             )
-        dist.init_process_group(
-            backend=spec.backend or self.default_backend,
-            store=store,
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-            pg_options=spec.pg_options,
-            device_id=self.device(rank) if spec.mode == "eager" else None,
-        )
-        return dist.group.WORLD
+        return self._init_default_group(store, rank, world_size, spec, timeout_s,
+                                        self.device(rank) if spec.mode == "eager" else None)
 
     def make_options(self, **fields: Any) -> Any:
         """The vendor's options object, from its module's ``conformance_make_options(**fields)``."""
