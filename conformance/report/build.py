@@ -53,13 +53,16 @@ def _is_must(result: Result) -> bool:
 def compute_verdict(results: Iterable[Result], interrupted: bool) -> str:
     """incomplete > non-conformant (a MUST failed/errored) > with-waivers (a MUST waived) > conformant.
 
-    Skip and not-observable on a MUST, and any SHOULD outcome, never change the verdict.
+    Skip and not-observable on a MUST, and any SHOULD outcome, never change the verdict; but a run
+    in which no MUST was judged at all (none passed or was waived) is incomplete: it shows nothing.
     """
     if interrupted:
         return Verdict.INCOMPLETE
     musts = [r.outcome for r in results if _is_must(r)]
     if any(o in _FAILING for o in musts):
         return Verdict.NON_CONFORMANT
+    if not any(o in (Outcome.PASS.value, Outcome.WAIVED.value) for o in musts):
+        return Verdict.INCOMPLETE
     if Outcome.WAIVED.value in musts:
         return Verdict.CONFORMANT_WITH_WAIVERS
     return Verdict.CONFORMANT

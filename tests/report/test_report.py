@@ -58,6 +58,9 @@ def sample_results():
         ([("MUST", "pass"), ("SHOULD", "fail"), ("SHOULD", "error")], False, Verdict.CONFORMANT),
         ([("MUST", "waived"), ("SHOULD", "fail")], False, Verdict.CONFORMANT_WITH_WAIVERS),
         ([("MUST", "pass"), ("SHOULD", "waived")], False, Verdict.CONFORMANT),
+        # nothing judged: every MUST skipped or not observable (e.g. nccl on a host without GPUs)
+        ([("MUST", "skip"), ("MUST", "not-observable"), ("SHOULD", "pass")], False, Verdict.INCOMPLETE),
+        ([], False, Verdict.INCOMPLETE),
     ],
 )
 def test_verdict(outcomes, interrupted, expected):
