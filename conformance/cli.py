@@ -54,6 +54,9 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
     p.add_argument("--requirement", type=_csv, default=(), help="only these requirement ids")
     p.add_argument("--timeout", type=float, default=30.0, help="per-check timeout in seconds")
     p.add_argument("--strict-waivers", action="store_true", help="exit non-zero when a waiver is stale")
+    p.add_argument("--launcher", choices=("pool", "env"), default="pool",
+                   help="pool: the suite starts its own rank processes; env: this process is one rank of a "
+                        "torchrun job (torchrun --nproc-per-node N -m conformance run ... --launcher env)")
 
 
 def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
@@ -72,7 +75,9 @@ def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Name
     total = len(selection.pick(load_bound_catalog())) * len(args.world_sizes)
     console.print(f"running {total} cases on target [bold]{target}[/] at world sizes {args.world_sizes}")
     run = run_suite(target, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
-                    progress=_progress(total), strict_waivers=args.strict_waivers)
+                    progress=_progress(total), strict_waivers=args.strict_waivers, launcher=args.launcher)
+    if not run.report:  # a non-zero rank of a torchrun job: rank 0 writes the report
+        return 0
     return _finish(run, args)
 
 

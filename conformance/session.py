@@ -15,6 +15,7 @@ from conformance.report import (
     collect_environment,
     load_expectations,
 )
+from conformance.runner.inprocess import run_requirements
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
 from conformance.spec import Requirement, load_catalog
@@ -74,18 +75,26 @@ def run_suite(
     progress: Progress | None = None,
     strict_waivers: bool = False,
     smallest_size_only: bool = False,
+    launcher: str = "pool",
 ) -> SuiteRun:
     """Run the selected requirements on ``target`` at each world size and build the report.
 
-    Ctrl-C stops the run: what finished is kept and the verdict is ``incomplete``.
+    ``launcher="env"`` runs in-process as one rank of a torchrun job (the world size is torchrun's);
+    only rank 0 gets a report. Ctrl-C stops the run: what finished is kept, the verdict is ``incomplete``.
     """
     catalog = load_bound_catalog()
     chosen = (selection or Selection()).pick(catalog)
+    run = SuiteRun()
+    started = dt.datetime.now(dt.UTC).isoformat()
+    if launcher == "env":
+        results = run_requirements(chosen, target, target_options, timeout_s)
+        if results is None:
+            return run
+        run.results = results
+        return _finish(run, target, target_options, started, strict_waivers)
     sizes = sorted(set(world_sizes))
     own_pools = pools is None
     pools = pools or PoolSet()
-    run = SuiteRun()
-    started = dt.datetime.now(dt.UTC).isoformat()
     try:
         for req in chosen:
             applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
@@ -100,6 +109,12 @@ def run_suite(
     finally:
         if own_pools:
             pools.close()
+    return _finish(run, target, target_options, started, strict_waivers)
+
+
+def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str,
+            strict_waivers: bool) -> SuiteRun:
+    """Apply the target's expectations and build the report."""
     results, run.stale = apply_expectations(run.results, load_expectations(target), strict=False)
     run.results = results
     environment = collect_environment(make_target(target, target_options).environment())

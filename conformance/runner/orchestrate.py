@@ -43,34 +43,31 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
     return None
 
 
+def _entry(rep: RankReport) -> dict[str, Any]:
+    """A rank's outcome dict: run_check's value, or an error entry naming how the rank failed."""
+    if rep.status == "ok":
+        return dict(rep.value)
+    what = {"raised": "raised", "crashed": "crashed", "timeout": "timed out",
+            "aborted": "was abandoned after a peer failed"}.get(rep.status, rep.status)
+    return {"rank": rep.rank, "outcome": "error", "detail": f"rank {rep.rank} {what}: {rep.error}".rstrip(": "),
+            "traceback": rep.traceback, "notes": [], "status": rep.status, "exitcode": rep.exitcode}
+
+
+def aggregate_values(values: list[dict[str, Any]]) -> tuple[Outcome, str, list[dict[str, Any]]]:
+    """Combine per-rank outcome dicts: the worst outcome wins; its details are kept, once each."""
+    ranks = [{k: v[k] for k in v if k != "duration_s"} for v in values]
+    outcomes = [Outcome(v["outcome"]) for v in values]
+    worst = min(outcomes, key=_SEVERITY.index) if outcomes else Outcome.ERROR
+    if worst in (Outcome.SKIP, Outcome.NOT_OBSERVABLE, Outcome.PASS):
+        details = [r["detail"] for r in ranks if r["outcome"] == worst.value]
+    else:
+        details = [r["detail"] for r in ranks if r["outcome"] in ("fail", "error")]
+    return worst, "; ".join(dict.fromkeys(d for d in details if d)), ranks
+
+
 def aggregate(reports: list[RankReport]) -> tuple[Outcome, str, list[dict[str, Any]]]:
     """Combine per-rank reports: crashes and timeouts are errors naming the rank; else the worst outcome."""
-    ranks: list[dict[str, Any]] = []
-    outcomes: list[Outcome] = []
-    details: list[str] = []
-    for rep in reports:
-        if rep.status == "ok":
-            value = rep.value
-            outcome = Outcome(value["outcome"])
-            entry = {"rank": rep.rank, "outcome": outcome.value, "detail": value["detail"],
-                     "traceback": value["traceback"], "notes": value["notes"]}
-            if outcome not in (Outcome.PASS, Outcome.SKIP, Outcome.NOT_OBSERVABLE) or value["detail"]:
-                details.append(value["detail"])
-        else:
-            outcome = Outcome.ERROR
-            what = {"raised": "raised", "crashed": "crashed", "timeout": "timed out",
-                    "aborted": "was abandoned after a peer failed"}.get(rep.status, rep.status)
-            text = f"rank {rep.rank} {what}: {rep.error}".rstrip(": ")
-            details.append(text)
-            entry = {"rank": rep.rank, "outcome": "error", "detail": text, "traceback": rep.traceback,
-                     "notes": [], "status": rep.status, "exitcode": rep.exitcode}
-        outcomes.append(outcome)
-        ranks.append(entry)
-    worst = min(outcomes, key=_SEVERITY.index) if outcomes else Outcome.ERROR
-    unique = list(dict.fromkeys(d for d in details if d))
-    if worst in (Outcome.SKIP, Outcome.NOT_OBSERVABLE, Outcome.PASS):
-        unique = list(dict.fromkeys(r["detail"] for r in ranks if r["outcome"] == worst.value and r["detail"]))
-    return worst, "; ".join(unique), ranks
+    return aggregate_values([_entry(rep) for rep in reports])
 
 
 def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_size: int, *,

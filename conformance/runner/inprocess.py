@@ -1,0 +1,63 @@
+"""The torchrun launcher: every process is one rank and runs the checks in-process.
+
+Used on GPU hosts (one rank per GPU, multi-node through torchrun's rendezvous):
+
+    torchrun --nproc-per-node 8 -m conformance run --target nccl --launcher env --world-sizes 8
+
+Each rank joins the job through ``env://`` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and the
+agent's store when torchrun provides one), runs every selected check with a fresh store prefix,
+and sends its rank outcome to rank 0, which aggregates and writes the report. There is no pool to
+rebuild here: a rank that crashes ends the job (torchrun reports it), and a hang is bounded by the
+store timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+from conformance.report.model import Result
+from conformance.runner.execute import run_check
+from conformance.runner.orchestrate import aggregate_values, precheck
+from conformance.spec import Requirement
+
+
+def join(timeout_s: float) -> tuple[dist.Store, int, int]:
+    """(store, rank, world size) from torchrun's environment."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise ValueError(f"--launcher env needs torchrun's environment; missing {missing}")
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout_s)))
+    store.set_timeout(timedelta(seconds=timeout_s))
+    return store, rank, world_size
+
+
+def run_requirements(requirements: list[Requirement], target: str, target_options: dict[str, Any] | None,
+                     timeout_s: float) -> list[Result] | None:
+    """Run every requirement on this rank; rank 0 returns the aggregated results, others None."""
+    store, rank, world_size = join(max(timeout_s, 300.0))
+    results: list[Result] = []
+    for i, req in enumerate(requirements):
+        decided = precheck(req, target, target_options, world_size)
+        if decided is not None:
+            if rank == 0:
+                outcome, detail = decided
+                results.append(Result(req.id, req.area, req.level, world_size, outcome.value, detail, 0.0, target))
+            continue
+        prefix = dist.PrefixStore(f"conformance/check{i}/", store)
+        value = run_check(rank, world_size, dist.PrefixStore("run/", prefix), req.id, target, target_options,
+                          timeout_s)
+        prefix.set(f"outcome/{rank}", pickle.dumps(value))
+        if rank == 0:
+            keys = [f"outcome/{r}" for r in range(world_size)]
+            prefix.wait(keys)
+            values = [pickle.loads(prefix.get(k)) for k in keys]
+            outcome, detail, ranks = aggregate_values(values)
+            results.append(Result(req.id, req.area, req.level, world_size, outcome.value, detail,
+                                  round(max(v["duration_s"] for v in values), 4), target, ranks,
+                                  list(dict.fromkeys(n for v in values for n in v["notes"]))))
+    return results if rank == 0 else None
