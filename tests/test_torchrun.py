@@ -29,5 +29,6 @@ def test_torchrun_reports_a_planted_defect_naming_the_rank(tmp_path: Path) -> No
     code, report = _run(tmp_path, "--target-option", "defects=split_nonmember_raises",
                         "--requirement", "SPLIT-PARTIAL-NONMEMBER", "--timeout", "5")
     (result,) = report["results"]
+    assert code != 0  # rank 0 exits 1 (non-conformant), so torchrun reports the job failed
     assert report["verdict"] == "non-conformant" and result["outcome"] == "fail"
     assert "rank 1: partial split [0]: non-member raised" in result["detail"]
