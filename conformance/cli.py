@@ -13,6 +13,7 @@ from rich.table import Table
 from conformance.report import Result, write_report
 from conformance.session import Selection, SuiteRun, load_bound_catalog, run_suite, statements
 from conformance.spec import SpecError
+from conformance.targets import make_target
 
 SYMBOLS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skip": "[dim]skip[/]",
            "not-observable": "[yellow]n/o[/]", "waived": "[cyan]waived[/]"}
@@ -27,7 +28,14 @@ def _sizes(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"world sizes must be comma-separated integers, got {text!r}") from None
     if not sizes or any(n < 1 for n in sizes):
         raise argparse.ArgumentTypeError(f"world sizes must be positive, got {text!r}")
-    return sizes
+    return sorted(set(sizes))
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -72,10 +80,15 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
 
 def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Namespace) -> int:
     selection = Selection(areas=args.area, ids=args.requirement)
-    total = len(selection.pick(load_bound_catalog())) * len(args.world_sizes)
+    try:  # bad input is exit 2; errors during the run itself are not
+        total = len(selection.pick(load_bound_catalog())) * len(args.world_sizes)
+        make_target(target, options)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
     console.print(f"running {total} cases on target [bold]{target}[/] at world sizes {args.world_sizes}")
     run = run_suite(target, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
-                    progress=_progress(total), strict_waivers=args.strict_waivers, launcher=args.launcher)
+                    progress=_progress(total), launcher=args.launcher)
     if not run.report:  # a non-zero rank of a torchrun job: rank 0 writes the report
         return 0
     return _finish(run, args)
@@ -83,7 +96,7 @@ def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Name
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the suite against one target."""
-    options = dict(kv.split("=", 1) for kv in args.target_option)
+    options = dict(args.target_option)
     return _run_target(args.target, options or None, args)
 
 
@@ -126,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the suite against a target and write a report")
     p.add_argument("--target", required=True, help="sim, gloo, nccl, torchcomms, or a vendor's entry-point name")
-    p.add_argument("--target-option", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--target-option", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
                    help="option passed to the target (e.g. path=torchcomms for sim)")
     _add_run_args(p)
     p.set_defaults(fn=cmd_run)
@@ -154,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (SpecError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+    except SpecError as exc:
+        console.print(f"[red]error in the spec:[/] {exc}")
         return 2
 
 

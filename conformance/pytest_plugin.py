@@ -31,6 +31,7 @@ from conformance.targets import available_targets, make_target
 
 GPU_TARGETS = ("nccl", "torchcomms")
 _PROPERTY = "conformance_result"
+_STALE = "conformance_stale_waiver"
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,12 @@ def conformance_pools() -> Any:
 def run_item(case: Case, pools: PoolSet, request: pytest.FixtureRequest) -> None:
     """Run one case, record its result for the report, and map its outcome onto pytest's."""
     result = run_case(pools, case.requirement, case.target, case.world_size, timeout_s=case.timeout_s)
-    (result,), _stale = apply_expectations([result], load_expectations(case.target))
+    (result,), stale = apply_expectations([result], load_expectations(case.target))
     request.node.user_properties.append((_PROPERTY, json.dumps(result.to_json())))
+    for entry in stale:
+        request.node.user_properties.append((_STALE, json.dumps({"target": case.target, "entry": entry})))
     traces = "\n".join(f"--- rank {r['rank']} ---\n{r['traceback']}" for r in result.ranks if r.get("traceback"))
-    if result.outcome in ("fail", "error") and case.requirement.level == "SHOULD":
+    if result.outcome == "fail" and case.requirement.level == "SHOULD":
         pytest.xfail(f"SHOULD not met (a finding; the verdict counts only MUSTs): {result.detail}")
     if result.outcome in ("fail", "error"):
         pytest.fail(f"{result.outcome}: {result.detail}\n{traces}".rstrip(), pytrace=False)
@@ -105,6 +108,7 @@ class _Collector:
     def __init__(self, report_dir: Path) -> None:
         self.report_dir = report_dir
         self.results: dict[str, list[Result]] = {}
+        self.stale: dict[str, list[dict[str, Any]]] = {}
         self.interrupted = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -112,6 +116,9 @@ class _Collector:
             if name == _PROPERTY and report.when == "call":
                 result = Result.from_json(json.loads(value))
                 self.results.setdefault(result.target, []).append(result)
+            elif name == _STALE and report.when == "call":
+                stale = json.loads(value)
+                self.stale.setdefault(stale["target"], []).append(stale["entry"])
 
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
@@ -120,7 +127,8 @@ class _Collector:
         for target, results in self.results.items():
             environment = collect_environment(make_target(target).environment()) if target != "vendor" else \
                 collect_environment()
-            report = build_report(target, results, environment, interrupted=self.interrupted)
+            report = build_report(target, results, environment, interrupted=self.interrupted,
+                                  stale_waivers=self.stale.get(target, ()))
             write_report(report, self.report_dir, statements())
 
 

@@ -73,7 +73,6 @@ def run_suite(
     timeout_s: float = 30.0,
     pools: PoolSet | None = None,
     progress: Progress | None = None,
-    strict_waivers: bool = False,
     smallest_size_only: bool = False,
     launcher: str = "pool",
 ) -> SuiteRun:
@@ -91,7 +90,7 @@ def run_suite(
         if results is None:
             return run
         run.results = results
-        return _finish(run, target, target_options, started, strict_waivers)
+        return _finish(run, target, target_options, started)
     sizes = sorted(set(world_sizes))
     own_pools = pools is None
     pools = pools or PoolSet()
@@ -109,17 +108,14 @@ def run_suite(
     finally:
         if own_pools:
             pools.close()
-    return _finish(run, target, target_options, started, strict_waivers)
+    return _finish(run, target, target_options, started)
 
 
-def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str,
-            strict_waivers: bool) -> SuiteRun:
+def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str) -> SuiteRun:
     """Apply the target's expectations and build the report."""
     results, run.stale = apply_expectations(run.results, load_expectations(target), strict=False)
     run.results = results
     environment = collect_environment(make_target(target, target_options).environment())
     run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
                               stale_waivers=run.stale)
-    if strict_waivers and run.stale:
-        run.report["strict_waivers_failed"] = True
     return run

@@ -174,15 +174,21 @@ class SimProcessGroup(dist.ProcessGroup):
         self._comm_store.set(f"{key}/color/{me}", pickle.dumps(members))
         rendezvous(self._comm_store, f"{key}/arrive", me, parent.members, self._timeout_s,
                    f"split #{n} of communicator {parent.id}")
+        outside = [m for m in members or () if m not in parent.members]
+        if outside:  # only reachable with the split_out_of_range_hang defect: wait for ranks that do not exist
+            rendezvous(self._comm_store, f"{key}/color", me, outside, self._timeout_s,
+                       f"split #{n} of communicator {parent.id} (ranks {outside} outside the parent)")
+        colors = {r: pickle.loads(v) for r, v in
+                  zip(parent.members, self._comm_store.multi_get([f"{key}/color/{r}" for r in parent.members]))}
+        for rank, group in colors.items():  # every rank checks every colour: all raise, or none does
+            for other in group or ():
+                if colors.get(other) != group:
+                    raise ValueError(
+                        f"rank {me}: split #{n} of {parent.id}: rank {rank} asked for group {group} "
+                        f"but rank {other} asked for {colors.get(other)}"
+                    )
         if members is None:
             return None
-        for other in members:
-            theirs = pickle.loads(self._comm_store.get(f"{key}/color/{other}"))
-            if theirs != members:
-                raise ValueError(
-                    f"rank {me}: split #{n} of {parent.id}: rank {me} asked for group {members} "
-                    f"but rank {other} asked for {theirs}"
-                )
         child_id = f"{parent.id}.s{n}r{members[0]}"
         if defects.active("comm_id_by_members"):
             child_id = "m" + "_".join(map(str, members))

@@ -84,6 +84,12 @@ def parse_hints(hints: dict[str, str], comm_name: str) -> dict[str, Any]:
                 applied[key] = int(raw)
             except ValueError:
                 raise ConfigError(f"invalid hint value for key {key!r}: {raw!r}") from None
+            if applied[key] < 0:
+                raise ConfigError(f"invalid hint value for key {key!r}: {raw!r} (expected a non-negative int)")
+    low = next((applied[k] for k in ("minCTAs", "min_ctas") if k in applied), None)
+    high = next((applied[k] for k in ("maxCTAs", "max_ctas") if k in applied), None)
+    if low is not None and high is not None and low > high:
+        raise ConfigError(f"invalid hint value for key 'minCTAs': {low} (greater than maxCTAs {high})")
     return applied
 
 

@@ -19,8 +19,9 @@ def test_build_matrix_flags_uncaught_defects_and_toothless_requirements() -> Non
 
 @pytest.mark.slow
 def test_every_defect_caught_every_requirement_has_teeth(tmp_path: Path) -> None:
-    assert run_matrix([2, 4], tmp_path, timeout_s=4.0) == 0
+    code = run_matrix([2, 4], tmp_path, timeout_s=8.0)  # headroom: CI runs this beside other tests on 2 cores
     matrix = json.loads((tmp_path / "defects.json").read_text())
+    verdicts = {k: matrix[k] for k in ("uncaught_mutants", "requirements_without_teeth", "clean_must_failures")}
+    assert code == 0, f"{verdicts}; clean outcomes: {matrix['clean']}"
     assert matrix["kill_rate"] == 1.0 and matrix["teeth_rate"] == 1.0
-    assert not matrix["clean_must_failures"]
     assert "| defect | caught by |" in (tmp_path / "defects.md").read_text()

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.checks.registry import CheckContext
-from conformance.outcomes import CheckFailed
+from conformance.outcomes import CheckFailed, NotObservable
 
 
 def group_shapes(world_size: int) -> dict[str, list[list[int]]]:
@@ -55,11 +55,22 @@ def new_comms(ctx: CheckContext, since: int) -> list[dict[str, Any]]:
 
 
 def world_comm(ctx: CheckContext) -> dict[str, Any]:
-    """The comm_created event of the world communicator."""
-    for event in ctx.probe.events("comm_created"):
+    """The comm_created event of the world communicator (NotObservable if the probe records no modes)."""
+    events = ctx.probe.events("comm_created")
+    if events and all(e.get("mode") is None or e.get("members") is None for e in events):
+        raise NotObservable(f"target {ctx.target.name}'s probe records no creation mode or members for communicators")
+    for event in events:
         if event["mode"] in ("eager", "lazy") and len(event["members"]) == ctx.world_size:
             return event
     raise CheckFailed(f"rank {ctx.rank}: no world communicator was recorded by the probe")
+
+
+def require_fields(ctx: CheckContext, events: list[dict[str, Any]], *fields: str) -> None:
+    """NotObservable when the probe leaves a field this check needs empty (real-stack probes can)."""
+    for event in events:
+        blank = [f for f in fields if event.get(f) is None]
+        if blank:
+            raise NotObservable(f"target {ctx.target.name}'s probe does not record {blank} for {event['kind']} events")
 
 
 def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseException], ...] = (Exception,),

@@ -60,15 +60,15 @@ def load_builder() -> Builder:
 
 
 def layouts(world_size: int) -> list[tuple[dict[str, int], int]]:
-    """(sizes, offset) pairs that fit ``world_size``: the whole world and, where room, an offset half."""
+    """(sizes, offset) pairs that fit ``world_size``: the whole world, and a layout over the upper half
+    (a non-zero first rank, as a second model or pipeline stage would have)."""
     half = world_size // 2
-    full = {"tp": 2, "cp": 1, "ep": 1, "dp": world_size // 4 * 2 if world_size >= 4 else 1, "pp": 1}
+    full = {"tp": 2, "cp": 1, "ep": 1, "dp": max(1, world_size // 4) * (2 if world_size >= 4 else 1), "pp": 1}
     if world_size >= 8:
         full = {"tp": 2, "cp": 1, "ep": 1, "dp": 2, "pp": world_size // 4}
-    out = [(full, 0)]
-    if half >= 4:
-        out.append(({"tp": 2, "cp": 1, "ep": 1, "dp": half // 2, "pp": 1}, half))
-    return out
+    upper = {"tp": 2 if half >= 4 else 1, "cp": 1, "ep": 1, "dp": 2, "pp": half // 4 if half >= 8 else 1}
+    upper["dp"] = half // (upper["tp"] * upper["pp"])
+    return [(full, 0), (upper, half)] if half >= 2 else [(full, 0)]
 
 
 def check_derived_groups(ctx: CheckContext, builder: Builder | None = None) -> None:

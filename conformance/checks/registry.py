@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
 
-from conformance.outcomes import CheckFailed, NotObservable
+from conformance.outcomes import CheckFailed
 from conformance.probe import Probe
 from conformance.spec import AREAS, Requirement, SpecError
 from conformance.targets.base import Target, WorldSpec
@@ -62,7 +61,7 @@ class CheckContext:
     requirement: Requirement
     timeout_s: float
     notes: list[str] = field(default_factory=list)
-    _exchanges: int = 0
+    _worlds: int = 0
 
     @property
     def probe(self) -> Probe:
@@ -78,25 +77,9 @@ class CheckContext:
                    **extra: Any) -> dist.ProcessGroup:
         """Init the default group on the target (eager = device-bound, lazy = unbound)."""
         spec = WorldSpec(mode=mode, backend=backend, pg_options=pg_options, extra=extra)
-        sub = dist.PrefixStore(f"world{self._next()}/", self.store)
+        self._worlds += 1
+        sub = dist.PrefixStore(f"world{self._worlds}/", self.store)
         return self.target.init_world(sub, self.rank, self.world_size, spec, self.timeout_s)
-
-    def _next(self) -> int:
-        self._exchanges += 1
-        return self._exchanges
-
-    def exchange(self, value: Any) -> list[Any]:
-        """All ranks' ``value``, in rank order, through the side-channel store (not the backend)."""
-        key = f"xchg{self._next()}"
-        self.store.set(f"{key}/{self.rank}", pickle.dumps(value))
-        keys = [f"{key}/{r}" for r in range(self.world_size)]
-        self.store.wait(keys)
-        return [pickle.loads(self.store.get(k)) for k in keys]
-
-    def require(self, capability_or_kind: str) -> None:
-        """Raise NotObservable if the probe cannot see an event kind this check needs."""
-        if capability_or_kind not in self.probe.observes:
-            raise NotObservable(f"target {self.target.name} cannot observe {capability_or_kind!r} events")
 
     def expect(self, condition: bool, what: str, expected: Any, observed: Any) -> None:
         """Fail naming this rank, what was checked, the expected and the observed values."""

@@ -10,6 +10,7 @@ from conformance.checks.common import (
     expect_raises,
     group_shapes,
     new_comms,
+    require_fields,
     world_comm,
 )
 from conformance.checks.derived_groups import check_derived_groups
@@ -34,9 +35,11 @@ def bound_inherit(ctx: CheckContext) -> None:
     since = ctx.probe.mark()
     child = dist.split_group(split_ranks=[list(range(ctx.world_size))])
     ctx.expect(child is not None, "split_group of the whole world on a member", "a group", child)
+    ctx.expect(world.bound_device_id is not None, "the parent's bound device", "a device", None)
     ctx.expect_equal("child.bound_device_id", world.bound_device_id, child.bound_device_id)
     created = new_comms(ctx, since)
     ctx.expect_equal("communicators created by the split", 1, len(created))
+    require_fields(ctx, [parent], "device")  # the probe records devices at all; a child without one is the defect
     ctx.expect_equal("child communicator's device", parent["device"], created[0]["device"])
     expect_allreduce_members(ctx, child, list(range(ctx.world_size)), "child of the world")
 
@@ -147,5 +150,4 @@ def derived_groups(ctx: CheckContext) -> None:
     """Derived groups keep their source's members for every order and offset."""
     ctx.init_world("eager" if "device_binding" in ctx.target.capabilities else "lazy")
     check_derived_groups(ctx)
-    t = torch.ones(1, device=ctx.device)
-    dist.all_reduce(t)
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(ctx.world_size)), "world after the derived groups")

@@ -103,6 +103,10 @@ class Target(abc.ABC):
         """The effective config of ``group``'s backend for one device type (multi-device groups)."""
         return None
 
+    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        """The NCCL-style fields of ``group``'s own options object (not what reached the communicator)."""
+        raise NotImplementedError(f"target {self.name} cannot read a group's options object")
+
     def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
         """Change fields of ``group``'s options object in place (to test copy-vs-alias)."""
         raise NotImplementedError(f"target {self.name} cannot change a group's options")

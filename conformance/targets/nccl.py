@@ -212,8 +212,8 @@ class NcclTarget(Target):
                 )
         return opts
 
-    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
-        """The options of the group's CUDA backend; NCCL's 'unset' marker reads as None."""
+    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        """The fields of the group's ProcessGroupNCCL.Options object; NCCL's 'unset' marker reads as None."""
         opts = group._get_backend(torch.device("cuda")).options
         config: dict[str, Any] = {"is_high_priority_stream": opts.is_high_priority_stream}
         for key in _OPTION_FIELDS:
@@ -221,10 +221,21 @@ class NcclTarget(Target):
             config[key] = None if value == _NCCL_CONFIG_UNDEF_INT else value
         return config
 
+    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
+        """What the group's NCCL communicator logged of its config (NCCL logs only the fields a caller
+        set), or None when the log shows no communicator for the group. is_high_priority_stream is a
+        property of torch's streams, not of the communicator: it is read from the backend's options."""
+        logged = [e for e in self.probe().events("comm_created") if e.get("group") == group.group_name]
+        if not logged:
+            return None
+        config = {key: (logged[-1].get("config") or {}).get(key) for key in _OPTION_FIELDS}
+        config["is_high_priority_stream"] = self.options_fields(group)["is_high_priority_stream"]
+        return config
+
     def effective_config_for(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
         """The public option fields of the group's backend for ``device_type`` (e.g. gloo's on cpu)."""
         if device_type == "cuda":
-            return self.effective_config(group)
+            return self.options_fields(group)
         opts = group._get_backend(torch.device(device_type)).options
         fields = {k: getattr(opts, k) for k in dir(opts) if not k.startswith("_") and not callable(getattr(opts, k))}
         config = getattr(opts, "config", None)

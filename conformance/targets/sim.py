@@ -71,11 +71,13 @@ class SimTarget(Target):
     def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
         return group.effective_config() if isinstance(group, simulator.SimProcessGroup) else None
 
+    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        return group._get_backend(self.device(0)).options.as_config()
+
     def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
         options = group._get_backend(self.device(0)).options
         for key, value in fields.items():
             setattr(options, key, value)
-        group.effective_config().update(fields)
 
     def probe(self) -> simulator.events.EventLog:
         return simulator.LOG
