@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import torch
@@ -20,9 +21,16 @@ class SimWork(dist.Work):
         self._p2p = p2p
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        """Block until every op of the launch has completed; re-raise its error."""
+        """Block until every op of the launch has completed (at most ``timeout``, if one is given and
+        non-zero); re-raise its error."""
         if self._p2p and defects.active("batch_wait_no_wait"):
             return True
+        if timeout is not None and timeout.total_seconds() > 0:
+            deadline = time.monotonic() + timeout.total_seconds()
+            while not self._future.done():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"simulator: work did not complete within {timeout}")
+                time.sleep(0.0005)
         self._future.wait()
         return True
 

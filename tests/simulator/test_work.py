@@ -1,0 +1,38 @@
+"""Simulator work objects: wait() waits (or times out), and the batch_wait_no_wait defect really does not."""
+
+import datetime
+
+import pytest
+import torch
+
+from simulator import defects
+from simulator.work import SimWork
+
+
+def test_wait_times_out_on_an_unfinished_launch_and_returns_once_done() -> None:
+    fut = torch.futures.Future()
+    work = SimWork(fut)
+    with pytest.raises(RuntimeError, match="did not complete within"):
+        work.wait(datetime.timedelta(seconds=0.05))
+    assert not work.is_completed()
+    fut.set_result(None)
+    assert work.wait(datetime.timedelta(0)) and work.is_completed() and work.is_success()
+
+
+def test_wait_reraises_the_launch_error() -> None:
+    fut = torch.futures.Future()
+    fut.set_exception(ValueError("rank 1 sent float64[4], rank 0 expected float32[4]"))
+    with pytest.raises(ValueError, match="rank 1 sent"):
+        SimWork(fut).wait()
+
+
+def test_batch_wait_no_wait_defect_returns_before_p2p_data_arrives() -> None:
+    fut = torch.futures.Future()
+    defects.enable("batch_wait_no_wait")
+    try:
+        assert SimWork(fut, p2p=True).wait() is True
+        with pytest.raises(RuntimeError):
+            SimWork(fut).wait(datetime.timedelta(seconds=0.05))  # collectives still wait
+    finally:
+        defects.reset()
+    assert not fut.done()
