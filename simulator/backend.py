@@ -432,31 +432,17 @@ class SimProcessGroup(dist.ProcessGroup):
 
 def effective_config(options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
     """The communicator config for ``options`` on the current path (NCCL or torchcomms)."""
+    sink = (lambda message: LOG.warn(message, RuntimeWarning)) if warn else None
     if Settings.path == "torchcomms":
         if defects.active("torchcomms_drops_options"):
             hints: dict[str, str] = {}
         else:
             key = "net_name" if defects.active("hint_net_name_snake") else "netName"
             hints = options_to_hints(options, net_name_key=key)
-        return {"hints": _parse(hints, comm_name, warn)}
+        return {"hints": parse_hints(hints, comm_name, sink)}
     config = options.as_config()
-    config["hints"] = _parse(options.hints, comm_name, warn)
+    config["hints"] = parse_hints(options.hints, comm_name, sink)
     return config
-
-
-def _parse(hints: dict[str, str], comm_name: str, warn: bool) -> dict[str, Any]:
-    if warn:
-        import warnings
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            parsed = parse_hints(hints, comm_name)
-        for w in caught:
-            LOG.warn(str(w.message), RuntimeWarning)
-        return parsed
-    from simulator.config import KNOWN_HINTS
-
-    return parse_hints({k: v for k, v in hints.items() if k in KNOWN_HINTS}, comm_name)
 
 
 def create(common: Any, pg_options: Any) -> SimProcessGroup:

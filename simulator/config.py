@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -62,16 +62,15 @@ class SimOptions:
         return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
 
 
-def parse_hints(hints: dict[str, str], comm_name: str) -> dict[str, Any]:
-    """Apply torchcomms hint semantics: typed values checked, unknown keys warned and dropped."""
+def parse_hints(hints: dict[str, str], comm_name: str,
+                warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Apply torchcomms hint semantics: typed values checked, unknown keys dropped with a warning
+    through ``warn`` (None drops them silently)."""
     applied: dict[str, Any] = {}
     for key, raw in hints.items():
         if key not in KNOWN_HINTS:
-            warnings.warn(
-                f"hint {key!r} is not supported by the simulator, ignoring for comm {comm_name!r}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+            if warn is not None:
+                warn(f"hint {key!r} is not supported by the simulator, ignoring for comm {comm_name!r}")
             continue
         if key in ("is_high_priority_stream", "blocking", "splitShare", "split_share"):
             if raw.lower() not in _BOOL_WORDS:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
 import time
 import traceback
@@ -12,11 +14,11 @@ from conformance import frontend_mutants
 from conformance.checks.registry import CheckContext, load_checks
 from conformance.outcomes import CheckFailed, NotObservable, Outcome, Skipped
 from conformance.runner.isolation import ProcessState
-from conformance.spec import load_catalog
+from conformance.spec import Requirement, load_catalog
 from conformance.targets import make_target
 
 
-def _requirement(requirement_id: str):
+def _requirement(requirement_id: str) -> Requirement:
     for req in load_catalog():
         if req.id == requirement_id:
             return req
@@ -26,13 +28,9 @@ def _requirement(requirement_id: str):
 def _quiesce(store: Any, rank: int, world_size: int, timeout_s: float) -> None:
     """Wait (bounded) until every rank has finished the check body, so no rank tears down
     communicators a peer is still reading from. A rank that never arrives is reported elsewhere."""
-    import datetime
-
     store.set(f"done/{rank}", b"1")
-    try:  # noqa: SIM105
+    with contextlib.suppress(Exception):  # a missing peer already produced its own outcome
         store.wait([f"done/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
-    except Exception:  # noqa: BLE001 - a missing peer already produced its own outcome
-        pass
 
 
 def run_check(

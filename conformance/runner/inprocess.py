@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from conformance.report.model import Result
 from conformance.runner.execute import run_check
-from conformance.runner.orchestrate import aggregate_values, precheck
+from conformance.runner.orchestrate import aggregate_values, case_result, precheck
 from conformance.spec import Requirement
 
 
@@ -45,8 +45,7 @@ def run_requirements(requirements: list[Requirement], target: str, target_option
         decided = precheck(req, target, target_options, world_size)
         if decided is not None:
             if rank == 0:
-                outcome, detail = decided
-                results.append(Result(req.id, req.area, req.level, world_size, outcome.value, detail, 0.0, target))
+                results.append(case_result(req, target, world_size, *decided, 0.0))
             continue
         prefix = dist.PrefixStore(f"conformance/check{i}/", store)
         value = run_check(rank, world_size, dist.PrefixStore("run/", prefix), req.id, target, target_options,
@@ -57,7 +56,6 @@ def run_requirements(requirements: list[Requirement], target: str, target_option
             prefix.wait(keys)
             values = [pickle.loads(prefix.get(k)) for k in keys]
             outcome, detail, ranks = aggregate_values(values)
-            results.append(Result(req.id, req.area, req.level, world_size, outcome.value, detail,
-                                  round(max(v["duration_s"] for v in values), 4), target, ranks,
-                                  list(dict.fromkeys(n for v in values for n in v["notes"]))))
+            results.append(case_result(req, target, world_size, outcome, detail,
+                                       max(v["duration_s"] for v in values), ranks))
     return results if rank == 0 else None

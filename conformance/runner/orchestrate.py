@@ -70,27 +70,30 @@ def aggregate(reports: list[RankReport]) -> tuple[Outcome, str, list[dict[str, A
     return aggregate_values([_entry(rep) for rep in reports])
 
 
+def case_result(requirement: Requirement, target_name: str, world_size: int, outcome: Outcome, detail: str,
+                duration_s: float, ranks: list[dict[str, Any]] | None = None) -> Result:
+    """The Result of one case; the notes are the ranks' notes, once each."""
+    ranks = ranks or []
+    return Result(
+        requirement=requirement.id, area=requirement.area, level=requirement.level, world_size=world_size,
+        outcome=outcome.value, detail=detail, duration_s=round(duration_s, 4), target=target_name, ranks=ranks,
+        notes=list(dict.fromkeys(n for r in ranks for n in r.get("notes", []))),
+    )
+
+
 def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_size: int, *,
              target_options: dict[str, Any] | None = None, timeout_s: float = 60.0,
              env: dict[str, str] | None = None) -> Result:
     """Run ``requirement`` on ``target_name`` at ``world_size`` and return its Result."""
     started = time.perf_counter()
     decided = precheck(requirement, target_name, target_options, world_size)
-    ranks: list[dict[str, Any]] = []
-    notes: list[str] = []
     if decided is not None:
-        outcome, detail = decided
-    else:
-        reports = pools.get(world_size).run(
-            TASK,
-            {"requirement_id": requirement.id, "target_name": target_name,
-             "target_options": target_options, "timeout_s": timeout_s, "env": env},
-            timeout_s + POOL_GRACE_S,
-        )
-        outcome, detail, ranks = aggregate(reports)
-        notes = list(dict.fromkeys(n for r in ranks for n in r.get("notes", [])))
-    return Result(
-        requirement=requirement.id, area=requirement.area, level=requirement.level, world_size=world_size,
-        outcome=outcome.value, detail=detail, duration_s=round(time.perf_counter() - started, 4),
-        target=target_name, ranks=ranks, notes=notes,
+        return case_result(requirement, target_name, world_size, *decided, time.perf_counter() - started)
+    reports = pools.get(world_size).run(
+        TASK,
+        {"requirement_id": requirement.id, "target_name": target_name,
+         "target_options": target_options, "timeout_s": timeout_s, "env": env},
+        timeout_s + POOL_GRACE_S,
     )
+    outcome, detail, ranks = aggregate(reports)
+    return case_result(requirement, target_name, world_size, outcome, detail, time.perf_counter() - started, ranks)

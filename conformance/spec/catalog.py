@@ -98,8 +98,19 @@ def load_file(path: Path) -> list[Requirement]:
 
 
 def load_catalog(spec_dir: Path | None = None) -> list[Requirement]:
-    """Load every area file, check ids are unique, return requirements in file order."""
-    base = spec_dir or Path(str(resources.files("conformance.spec")))
+    """Load every area file, check ids are unique, return requirements in file order.
+
+    The shipped catalog is parsed and validated once per process; another ``spec_dir`` every call.
+    """
+    return list(_shipped_catalog() if spec_dir is None else _load(spec_dir))
+
+
+@cache
+def _shipped_catalog() -> tuple[Requirement, ...]:
+    return _load(Path(str(resources.files("conformance.spec"))))
+
+
+def _load(base: Path) -> tuple[Requirement, ...]:
     requirements: list[Requirement] = []
     seen: dict[str, str] = {}
     for area in AREAS:
@@ -111,4 +122,4 @@ def load_catalog(spec_dir: Path | None = None) -> list[Requirement]:
                 raise SpecError(path.name, req.id, "id", f"duplicate id, first defined in {seen[req.id]}")
             seen[req.id] = path.name
             requirements.append(req)
-    return requirements
+    return tuple(requirements)
