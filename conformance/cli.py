@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("defects", help="run the defect matrix on the simulator")
     p.add_argument("--world-sizes", type=_sizes, default=_sizes("2,4"))
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
-    p.add_argument("--timeout", type=float, default=4.0, help="per-check timeout; mutants make ranks wait it out")
+    # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
+    p.add_argument("--timeout", type=float, default=8.0, help="per-check timeout; mutants make ranks wait it out")
     p.set_defaults(fn=cmd_defects)
     return parser
 
