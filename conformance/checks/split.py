@@ -114,13 +114,18 @@ def validation(ctx: CheckContext) -> None:
 
 @check("SPLIT-NEWGROUP-NAMES")
 def newgroup_names(ctx: CheckContext) -> None:
-    """Groups made twice from the same ranks have distinct names and both work."""
+    """Groups made twice from the same ranks have distinct names, their own communicators, and all work."""
     ctx.init_world("eager")
     ranks = list(range(ctx.world_size))
+    since = ctx.probe.mark()
     made = [dist.new_group(ranks), dist.new_group(ranks), dist.split_group(split_ranks=[ranks]),
             dist.split_group(split_ranks=[ranks])]
     names = [g.group_name for g in made]
     ctx.expect(len(set(names)) == len(names), "group names of repeated groups", "all distinct", names)
+    if "comm_created" in ctx.probe.observes:  # two groups on one communicator are not independent
+        comms = [e["comm"] for e in new_comms(ctx, since)]
+        ctx.expect(len(comms) == len(made) and len(set(comms)) == len(comms),
+                   "communicators of the repeated groups", f"{len(made)} distinct", comms)
     tensors = [torch.full((4,), float((ctx.rank + 1) * 10**i), device=ctx.device) for i in range(len(made))]
     works = [dist.all_reduce(t, group=g, async_op=True) for t, g in zip(tensors, made)]
     for w in works:
