@@ -39,6 +39,7 @@ class Requirement:
     torch: str
     world_sizes: tuple[int, ...] = ()
     finding: str = ""
+    kind: str = "backend"
 
     def applies_to_torch(self, version: str) -> bool:
         """True when the requirement's torch range admits ``version`` (local tags ignored)."""
@@ -79,6 +80,7 @@ def _validate_entry(file: str, index: int, entry: object) -> Requirement:
         torch=entry["torch"],
         world_sizes=tuple(entry.get("world_sizes", ())),
         finding=entry.get("finding", ""),
+        kind=entry.get("kind", "backend"),
     )
 
 
