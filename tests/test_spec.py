@@ -1,5 +1,6 @@
 """The spec catalog: loading, validation errors naming file/id/field, binding to checks."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -48,7 +49,10 @@ def test_missing_field_is_named(spec_copy: Path) -> None:
 
 def test_bad_torch_range_and_duplicate_id(spec_copy: Path) -> None:
     path = spec_copy / "p2p.toml"
-    path.write_text(path.read_text().replace('torch = ">=2.13"', 'torch = "two"', 1))
+    text = path.read_text()
+    broken = re.sub(r'^torch = ".*"$', 'torch = "two"', text, count=1, flags=re.MULTILINE)
+    assert broken != text, "the edit must hit a torch range"
+    path.write_text(broken)
     with pytest.raises(SpecError, match="field 'torch'"):
         load_catalog(spec_copy)
     shutil.copy(SPEC_DIR / "p2p.toml", path)
