@@ -9,7 +9,7 @@ import torch
 
 from conformance.outcomes import Outcome
 from conformance.report.model import Result
-from conformance.runner.pool import PoolSet, RankReport
+from conformance.runner.pool import GPU_START_METHOD, PoolSet, RankReport
 from conformance.spec import Requirement
 from conformance.targets import make_target
 
@@ -89,7 +89,8 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
     decided = precheck(requirement, target_name, target_options, world_size)
     if decided is not None:
         return case_result(requirement, target_name, world_size, *decided, time.perf_counter() - started)
-    reports = pools.get(world_size).run(
+    start_method = GPU_START_METHOD if make_target(target_name, target_options).gpu else None
+    reports = pools.get(world_size, start_method).run(
         TASK,
         {"requirement_id": requirement.id, "target_name": target_name,
          "target_options": target_options, "timeout_s": timeout_s, "env": env},

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.gpu.devices import NvmlUnavailable, device_names, driver_version, visible_devices
 from conformance.gpu.flight_recorder import launch_events, load_dump
 from conformance.gpu.nccl_log import parse_nccl_log_file
 from conformance.probe import Event
@@ -129,6 +130,8 @@ class NcclTarget(Target):
 
     name = "nccl"
     gpu = True
+    # Whether this target's ops land in c10d's flight recorder (what _dump_nccl_trace reads).
+    c10d_records_launches = True
 
     def __init__(self) -> None:
         self._probe: NcclProbe | None = None
@@ -138,22 +141,28 @@ class NcclTarget(Target):
         return ("cuda",)
 
     def unavailable_reason(self) -> str | None:
-        """None when CUDA and NCCL are usable here."""
-        if not torch.cuda.is_available():
-            return f"no CUDA device visible (torch {torch.__version__} build)"
-        if not dist.is_nccl_available():
-            return f"torch {torch.__version__} was built without NCCL"
-        return None
+        """None when this torch has CUDA and NCCL and NVML shows a GPU; never initialises CUDA here."""
+        return self.unavailable_reason_for(1)
 
     def unavailable_reason_for(self, world_size: int) -> str | None:
-        """As unavailable_reason, and also None only if this host has a GPU per local rank."""
-        reason = self.unavailable_reason()
-        if reason:
-            return reason
+        """As unavailable_reason, and also None only if this host has a GPU per local rank.
+
+        Called in the parent of the rank pools, so it counts GPUs through NVML (see
+        conformance.gpu.devices): a parent that called torch.cuda.is_available() poisons fork.
+        """
+        if not torch.backends.cuda.is_built():
+            return f"no CUDA device visible (torch {torch.__version__} is a build without CUDA)"
+        if not dist.is_nccl_available():
+            return f"torch {torch.__version__} was built without NCCL"
+        try:
+            visible = visible_devices()
+        except NvmlUnavailable as exc:
+            return f"no CUDA device visible (NVML: {exc}; torch {torch.__version__})"
+        if visible is not None and not visible:
+            return f"no CUDA device visible (NVML lists none{_visible_note()}; torch {torch.__version__})"
         local_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        visible = torch.cuda.device_count()
-        if local_size > visible:
-            return f"world size {world_size} needs {local_size} GPUs on this host, {visible} visible"
+        if visible is not None and local_size > len(visible):
+            return f"world size {world_size} needs {local_size} GPUs on this host, {len(visible)} visible"
         return None
 
     @property
@@ -161,7 +170,7 @@ class NcclTarget(Target):
         """Binding, split, options, two device types; observation per the probe."""
         caps = {"device_binding", "split", "options", "multi_device", "coalesced_p2p",
                 "observe:comms", "observe:config"}
-        if flight_recorder_usable():
+        if self.c10d_records_launches and flight_recorder_usable():
             caps.add("observe:launches")
         return frozenset(caps)
 
@@ -186,7 +195,7 @@ class NcclTarget(Target):
             os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
         log_path = Path(os.environ["NCCL_DEBUG_FILE"])
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._probe = NcclProbe(log_path, flight_recorder_usable())
+        self._probe = NcclProbe(log_path, self.c10d_records_launches and flight_recorder_usable())
 
     def init_world(
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
@@ -256,9 +265,20 @@ class NcclTarget(Target):
         return self._probe
 
     def environment(self) -> dict[str, Any]:
-        """torch, CUDA and NCCL versions and the GPU model."""
+        """torch, CUDA and NCCL versions, the driver and the GPU model (through NVML: no CUDA init here)."""
         env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
-        if torch.cuda.is_available():
+        if dist.is_nccl_available():
             env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-            env["gpu"] = torch.cuda.get_device_name(0)
+        try:
+            visible = visible_devices()
+            if visible:
+                env["gpu"] = device_names(visible[:1])[0]
+            env["driver"] = driver_version()
+        except NvmlUnavailable:
+            pass
         return env
+
+
+def _visible_note() -> str:
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "" if spec is None else f" under CUDA_VISIBLE_DEVICES={spec!r}"

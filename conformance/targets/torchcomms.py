@@ -3,9 +3,12 @@
 torch 2.13 then builds each device backend as ``torchcomms.new_comm(...)`` wrapped in
 ``_BackendWrapper`` instead of ProcessGroupNCCL. Worlds, devices, options objects and the
 probe are the NCCL target's (see conformance.targets.nccl): the NCCL debug log still shows
-the communicators torchcomms' nccl backend creates. Launches come from torch's flight
-recorder, which on this path is fed by the ``torchcomms.hooks.FlightRecorderHook`` torch
-registers; if that hook records elsewhere the probe shows no launches.
+the communicators torchcomms' nccl backend creates. Launches are not observed: torch
+registers a ``torchcomms.hooks.FlightRecorderHook`` on each comm (torch 2.13
+distributed_c10d.py:2130-2131, 2.15.0 :399-400), and a hook records into torchcomms' own
+FlightRecorder singleton (torchcomms hooks/fr/FlightRecorder.hpp:151-163 and
+FlightRecorder.cpp:947-955, sized by TORCHCOMM_FR_BUFFER_SIZE), not into c10d's, so
+``_dump_nccl_trace`` never shows these ops. Checks that need launches are not-observable here.
 
 ``effective_config`` reports what the torchcomms communicator actually got: the hints of
 ``get_comm().get_options()``, and the option fields read from the spellings torchcomms'
@@ -71,6 +74,7 @@ class TorchcommsTarget(NcclTarget):
     """torch.distributed over torchcomms' nccl backend (torch's use_torchcomms path)."""
 
     name = "torchcomms"
+    c10d_records_launches = False
 
     def unavailable_reason(self) -> str | None:
         """None when torchcomms imports with what torch needs, torch enabled it, and CUDA is usable."""
