@@ -156,3 +156,26 @@ def test_gpu_targets_say_why_they_cannot_run_here():
     assert reason.startswith("no CUDA device visible") and torch.__version__ in reason
     assert "torchcomms" in TorchcommsTarget().unavailable_reason()
     assert "torchcomms" in TorchcommsTarget().capabilities
+
+
+def _entry(record_id: int, name: str, seq: int, p2p_seq: int, is_p2p: bool) -> dict:
+    return {"record_id": record_id, "process_group": ["0", "default_pg"], "profiling_name": name,
+            "collective_seq_id": seq, "p2p_seq_id": p2p_seq, "is_p2p": is_p2p, "input_sizes": [[8]],
+            "state": "completed"}
+
+
+def test_flight_recorder_p2p_batch_does_not_absorb_the_collective_before_it():
+    # Constructed (keys as in fr_nccl_constructed_rank0.json): an all_reduce, then a batch_isend_irecv
+    # whose closing "nccl:coalesced" entry is not marked p2p and carries the all_reduce's
+    # collective_seq_id, the recording issue 12 lead 7 describes.
+    dump = {"version": "2.10", "entries": [
+        _entry(0, "nccl:all_reduce", 5, 2, False),
+        _entry(1, "nccl:send 0->1", 5, 3, True),
+        _entry(2, "nccl:recv 0<-1", 5, 3, True),
+        _entry(3, "nccl:coalesced", 5, 3, False),
+        _entry(4, "nccl:all_reduce", 6, 3, False),
+        _entry(5, "nccl:all_reduce", 6, 3, False),
+        _entry(6, "nccl:coalesced", 6, 3, False),
+    ]}
+    summary = [(e["op"], e["ops"], e["coalesced"], e["record_id"]) for e in launch_events(dump)]
+    assert summary == [("allreduce", 1, False, 0), ("sendrecv", 2, True, 3), ("allreduce", 2, True, 6)]
