@@ -10,9 +10,15 @@ The probe (``NcclProbe``) sees:
   NCCL_DEBUG_SUBSYS=INIT,ENV and a per-process NCCL_DEBUG_FILE). Every communicator that
   completes init, with its pointer as ``comm``, rank, nranks, cuda device, the parent of
   a split, and the config fields the caller set (see conformance.gpu.nccl_log). ``group``
-  and ``members`` are filled only for communicators a live process group reports through
-  ``_comm_ptr()`` (its default-device communicator); P2P pair communicators and
-  communicators of destroyed groups keep None. ``mode`` is "split" for a split, else None.
+  and ``members`` are filled for communicators a live process group reports through
+  ``_comm_ptr()`` (its default-device communicator). ``mode``: "split" for a split (NCCL
+  logs the parent), "eager" for one made before init_process_group returned (device_id
+  given: torch connects eagerly, 2.13 distributed_c10d.py:2333-2335, 2.15.0 :3206), "lazy"
+  for a live group's communicator made later, "p2p" for a later 2-rank communicator no
+  group owns (ProcessGroupNCCL's per-pair communicator under lazy init); the members of a
+  "p2p" one come from the run's store, where each member publishes itself under the
+  commId NCCL logs identically on both (NCCL 2.30.7 src/init.cc:1901-1902, 1945).
+  Communicators of destroyed groups keep group and members None.
 - ``launch``: from the torch flight recorder (TORCH_FR_BUFFER_SIZE), when this torch
   build can dump it. ``comm`` is the process group name, not the NCCL communicator, and
   there is no stream (see conformance.gpu.flight_recorder).
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +51,7 @@ from conformance.targets.base import Target, WorldSpec
 _OPTION_FIELDS = ("cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 _NCCL_CONFIG_UNDEF_INT = -(2**31)  # NCCL_CONFIG_UNDEF_INT: a config field left unset
 FR_BUFFER_SIZE = "2000"
+PAIR_WAIT_S = 5.0  # how long a rank waits for the other member of a pair comm to publish itself
 
 
 def local_rank(rank: int) -> int:
@@ -95,19 +103,71 @@ class NcclProbe:
         self._last_record = self._latest_record() if with_launches else -1
         self._comms_seen = 0
         self._events: list[Event] = []
+        self._store: dist.Store | None = None
+        self._rank = -1
+        self._unresolved: list[Event] = []
 
     def _latest_record(self) -> int:
         ids = [e.get("record_id", -1) for e in _dump().get("entries", [])]
         return max([i for i in ids if isinstance(i, int)], default=-1)
 
-    def _refresh(self) -> None:
+    def world_initialised(self, store: dist.Store, rank: int) -> None:
+        """Called once init_process_group returned: communicators logged so far were made eagerly.
+
+        ``store`` (the run's own store) is where this rank publishes the pair communicators it
+        joins, so that both members can tell who the other is (see ``_resolve``).
+        """
+        self._store, self._rank = store, rank
+        self._refresh(during_init=True)
+
+    def _mode(self, event: Event, during_init: bool) -> str | None:
+        """eager: made while the world initialised; lazy: a live group's comm made later; p2p: a
+        2-rank comm no group owns, made later (ProcessGroupNCCL's per-pair comm under lazy init)."""
+        if event["parent"]:
+            return "split"
+        if during_init:
+            return "eager"
+        if event["group"] is not None:
+            return "lazy"
+        if self._store is not None and event["nranks"] == 2 and event.get("comm_hash"):
+            return "p2p"
+        return None
+
+    def _publish(self, event: Event) -> None:
+        """Put (commId, this rank) in the store under the comm's commId, one numbered slot per member."""
+        key = f"nccl-probe/{event['comm_hash']}"
+        slot = self._store.add(f"{key}/joined", 1)
+        self._store.set(f"{key}/{slot}", str(self._rank))
+        self._unresolved.append(event)
+
+    def _resolve(self) -> None:
+        """Fill ``members`` of pair comms from the slots both members published (NCCL logs only the
+        rank in the comm and the commId, which is the same on every member)."""
+        waiting = []
+        for event in self._unresolved:
+            key = f"nccl-probe/{event['comm_hash']}"
+            slots = [f"{key}/{i}" for i in range(1, event["nranks"] + 1)]
+            try:
+                self._store.wait(slots, timedelta(seconds=PAIR_WAIT_S))
+            except Exception:  # the peer has not looked at its log yet: try again on the next read  # noqa: BLE001
+                waiting.append(event)
+                continue
+            event["members"] = sorted(int(self._store.get(k)) for k in slots)
+        self._unresolved = waiting
+
+    def _refresh(self, during_init: bool = False) -> None:
         comms = parse_nccl_log_file(self._log_path, self._log_offset)
         owners = _comm_groups() if len(comms) > self._comms_seen else {}
         for event in comms[self._comms_seen:]:
             if event["comm"] in owners:
                 event["group"], event["members"] = owners[event["comm"]]
+            event["mode"] = self._mode(event, during_init)
+            if event["mode"] == "p2p":
+                self._publish(event)
             self._events.append(event)
         self._comms_seen = len(comms)
+        if self._unresolved:
+            self._resolve()
         if self._with_launches:
             launches = launch_events(_dump(), self._last_record)
             self._events.extend(launches)
@@ -203,8 +263,10 @@ class NcclTarget(Target):
         """init_process_group on the store; eager binds cuda:<local rank> as device_id."""
         device = self.device(rank)
         torch.cuda.set_device(device)
-        return self._init_default_group(store, rank, world_size, spec, timeout_s,
-                                        device if spec.mode == "eager" else None)
+        world = self._init_default_group(store, rank, world_size, spec, timeout_s,
+                                         device if spec.mode == "eager" else None)
+        self.probe().world_initialised(store, rank)
+        return world
 
     def make_options(self, **fields: Any) -> Any:
         """A ProcessGroupNCCL.Options with is_high_priority_stream and NCCL config fields set."""
