@@ -331,6 +331,10 @@ class PoolSet:
             self._pools[key] = pool
         return pool
 
+    def fresh(self, world_size: int, start_method: str | None = None) -> RankPool:
+        """A new pool like ``get``'s that is not kept: the caller closes it (a check needing processes of its own)."""
+        return RankPool(world_size, start_method=start_method or self._start_method, env=self._env)
+
     def close(self) -> None:
         """Close every pool of this set."""
         for pool in self._pools.values():

@@ -64,6 +64,13 @@ def _dump_fn() -> Any:
     return getattr(c10d, "_dump_nccl_trace", None) or getattr(c10d, "_dump_fr_trace", None)
 
 
+def nccl_is_torchcomms_engine() -> bool:
+    """Whether "nccl" builds ProcessGroupNCCL2 (torch 2.15: the torchcomms engine, unless
+    TORCH_DIST_USE_NCCL2=0; distributed_c10d.py:961-985) rather than ProcessGroupNCCL."""
+    c10d = dist.distributed_c10d
+    return hasattr(c10d, "_create_nccl2_process_group") and os.environ.get("TORCH_DIST_USE_NCCL2") != "0"
+
+
 def flight_recorder_usable() -> bool:
     """Whether this torch build can dump the flight recorder."""
     return _dump_fn() is not None
@@ -192,6 +199,18 @@ class NcclTarget(Target):
     gpu = True
     # Whether this target's ops land in c10d's flight recorder (what _dump_nccl_trace reads).
     c10d_records_launches = True
+    # Checks that get rank processes of their own (conformance.runner.orchestrate.run_case):
+    # ProcessGroupNCCL's lazy-P2P warning is a TORCH_WARN_ONCE, printed once per process (see
+    # lazy_p2p_warning), and a size-mismatched send/recv can leave a kernel spinning on the device
+    # after wait() returned (wait() only orders streams), which would poison later checks.
+    fresh_process_checks = frozenset({"P2P-LAZY-WARN-ONCE", "P2P-MISMATCH"})
+    # ProcessGroupNCCL's lazy-P2P warning: "... An unbatched P2P op (send/recv) was called on this
+    # ProcessGroup with size N.  In lazy initialization mode, this will result in a new 2-rank NCCL
+    # communicator to be created." (in torch 2.15.0's libtorch_cuda.so; a TORCH_WARN_ONCE, hence the
+    # "(function operator())" c10 prints after it). c10's default warning handler writes it to the
+    # process's stderr, not to Python's warnings: the check reads fd 2.
+    lazy_p2p_warning = ("lazy initialization mode", "2-rank")
+    warnings_on_stderr = True
 
     def __init__(self) -> None:
         self._probe: NcclProbe | None = None
@@ -199,6 +218,16 @@ class NcclTarget(Target):
     @property
     def device_types(self) -> tuple[str, ...]:
         return ("cuda",)
+
+    @property
+    def not_applicable(self) -> dict[str, str]:
+        """Requirements about ProcessGroupNCCL's per-pair design, when "nccl" is not ProcessGroupNCCL."""
+        if not nccl_is_torchcomms_engine():
+            return {}
+        why = (f"torch {torch.__version__} builds 'nccl' as ProcessGroupNCCL2 (distributed_c10d.py:961-985), which "
+               "always binds a device (:820-848) and runs send/recv on the group's communicator; per-pair "
+               "communicators are its 'nccl-lazy' backend (set TORCH_DIST_USE_NCCL2=0 for ProcessGroupNCCL)")
+        return {"P2P-LAZY-PAIR-COMM": why, "P2P-LAZY-WARN-ONCE": why}
 
     def unavailable_reason(self) -> str | None:
         """None when this torch has CUDA and NCCL and NVML shows a GPU; never initialises CUDA here."""
@@ -229,7 +258,7 @@ class NcclTarget(Target):
     def capabilities(self) -> frozenset[str]:
         """Binding, split, options, two device types; observation per the probe."""
         caps = {"device_binding", "split", "options", "multi_device", "coalesced_p2p",
-                "observe:comms", "observe:config"}
+                "observe:comms", "observe:config", "observe:warnings"}
         if self.c10d_records_launches and flight_recorder_usable():
             caps.add("observe:launches")
         return frozenset(caps)
@@ -328,7 +357,8 @@ class NcclTarget(Target):
 
     def environment(self) -> dict[str, Any]:
         """torch, CUDA and NCCL versions, the driver and the GPU model (through NVML: no CUDA init here)."""
-        env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
+        impl = "ProcessGroupNCCL2" if nccl_is_torchcomms_engine() else "ProcessGroupNCCL"
+        env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl_backend": impl}
         if dist.is_nccl_available():
             env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
         try:

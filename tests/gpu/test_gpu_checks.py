@@ -10,3 +10,88 @@ def test_hint_net_name_is_the_net_every_host_has():
     # start it (NCCL 2.30.7 src/plugin/net.cc:330-349); only the built-in Socket plugin starts on
     # every host (src/transport/net_socket.cc:804). "IB" failed on hosts without InfiniBand.
     assert OPTIONS["net_name"] == "Socket"
+
+
+# ProcessGroupNCCL's lazy-P2P warning as c10's default handler prints it to stderr: the line layout of
+# a user's log (lightning, torch 2.x: "[rank0]:[W701 ...ProcessGroupNCCL.cpp:4025] Warning: ... (function
+# operator())"), the message text of torch 2.15.0's libtorch_cuda.so. Constructed, not captured.
+NCCL_LAZY_LINE = ("[rank0]:[W1121 12:00:00.000000000 ProcessGroupNCCL.cpp:4025] Warning: [PG ID 0 PG GUID 0(default_pg)"
+                  " Rank 0] An unbatched P2P op (send/recv) was called on this ProcessGroup with size 4.  In lazy "
+                  "initialization mode, this will result in a new 2-rank NCCL communicator to be created. "
+                  "(function operator())")
+
+
+def test_lazy_warning_is_read_from_fd_2_with_the_targets_words():
+    import os
+
+    from conformance.checks.p2p import is_lazy_p2p_warning, stderr_lines
+    from conformance.targets.nccl import NcclTarget
+    from simulator.backend import LAZY_P2P_WARNING
+
+    with stderr_lines(True) as lines:
+        os.write(2, (NCCL_LAZY_LINE + "\nunrelated\n").encode())
+    assert lines == [NCCL_LAZY_LINE, "unrelated"]
+    with stderr_lines(False) as none:
+        pass
+    assert none == []
+    words = NcclTarget.lazy_p2p_warning
+    assert NcclTarget.warnings_on_stderr
+    assert [is_lazy_p2p_warning(m, words) for m in lines] == [True, False]
+    assert not is_lazy_p2p_warning(NCCL_LAZY_LINE, None)  # the generic matcher missed NCCL's text
+    assert is_lazy_p2p_warning(LAZY_P2P_WARNING, None)
+
+
+class _Pools:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def get(self, world_size, start_method=None):
+        self.calls.append("get")
+        return self
+
+    def fresh(self, world_size, start_method=None):
+        self.calls.append(f"fresh:{start_method}")
+        return self
+
+    def run(self, task, kwargs, timeout_s):
+        from conformance.runner.pool import RankReport
+        self.calls.append("run")
+        return [RankReport(0, "ok", {"rank": 0, "outcome": "pass", "detail": "", "notes": []})]
+
+    def close(self):
+        self.calls.append("close")
+
+
+def _requirement(rid: str):
+    from conformance.session import load_bound_catalog
+    return next(r for r in load_bound_catalog() if r.id == rid)
+
+
+def test_checks_a_gpu_target_names_run_in_a_pool_of_their_own(monkeypatch):
+    from conformance.runner import orchestrate
+
+    monkeypatch.setattr(orchestrate, "precheck", lambda *_args: None)
+    for rid in ("P2P-LAZY-WARN-ONCE", "P2P-MISMATCH"):
+        pools = _Pools()
+        orchestrate.run_case(pools, _requirement(rid), "nccl", 2)
+        assert pools.calls == ["fresh:spawn", "run", "close"]
+    pools = _Pools()
+    orchestrate.run_case(pools, _requirement("P2P-DATA"), "nccl", 2)
+    assert pools.calls == ["get", "run"]
+
+
+def test_requirements_of_another_design_skip_with_the_reason(monkeypatch):
+    from conformance.outcomes import Outcome
+    from conformance.runner.orchestrate import precheck
+    from conformance.targets import nccl, torchcomms
+
+    monkeypatch.setattr(torchcomms.TorchcommsTarget, "unavailable_reason", lambda self: None)
+    monkeypatch.setattr(torchcomms.TorchcommsTarget, "unavailable_reason_for", lambda self, n: None)
+    for rid in ("P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE", "SPLIT-UNBOUND-REFUSED"):
+        outcome, detail = precheck(_requirement(rid), "torchcomms", None, 2)
+        assert outcome is Outcome.SKIP and "does not apply on target torchcomms" in detail
+    monkeypatch.setattr(nccl.dist.distributed_c10d, "_create_nccl2_process_group", object(), raising=False)
+    monkeypatch.delenv("TORCH_DIST_USE_NCCL2", raising=False)
+    assert set(nccl.NcclTarget().not_applicable) == {"P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE"}
+    monkeypatch.setenv("TORCH_DIST_USE_NCCL2", "0")
+    assert nccl.NcclTarget().not_applicable == {}
