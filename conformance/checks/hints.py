@@ -7,7 +7,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from conformance.checks.common import expect_allreduce_members, expect_raises
+from conformance.checks.common import expect_allreduce_members, expect_raises, refusal_words
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.torchcomms_hints import HINT_KEYS
@@ -111,9 +111,12 @@ def invalid_refused(ctx: CheckContext) -> None:
     else:
         ctx.note("hint values not checked: the target's options have no hints map")
     for fields, key, value in cases:
-        expect_raises(ctx, f"new_group with invalid option {fields}",
-                      lambda f=fields: dist.new_group(ranks, pg_options=ctx.target.make_options(**f)),
-                      (ValueError, TypeError, RuntimeError), (key, value))
+        what = f"new_group with invalid option {fields}"
+        exc = expect_raises(ctx, what, lambda f=fields: dist.new_group(ranks, pg_options=ctx.target.make_options(**f)),
+                            (ValueError, TypeError, RuntimeError), (value,))
+        names = refusal_words(ctx, key, key)
+        ctx.expect(any(n in str(exc) for n in names), f"{what}: the error names the option",
+                   f"one of {list(names)}", f"{type(exc).__name__}: {exc}")
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "world after refused options")
 
 

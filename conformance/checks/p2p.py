@@ -12,7 +12,14 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import default_mode, expect_raises, new_comms, ranked_tensor, require_fields
+from conformance.checks.common import (
+    default_mode,
+    expect_raises,
+    new_comms,
+    ranked_tensor,
+    refusal_words,
+    require_fields,
+)
 from conformance.checks.registry import CheckContext, check
 
 
@@ -169,8 +176,9 @@ def data(ctx: CheckContext) -> None:
         for w in works:
             w.wait()
     except (RuntimeError, ValueError) as exc:
-        ctx.expect("contiguous" in str(exc), "refusal of a non-contiguous view", "an error naming 'contiguous'",
-                   str(exc))
+        words = refusal_words(ctx, "non-contiguous P2P", "contiguous")
+        ctx.expect(any(w in str(exc) for w in words), "refusal of a non-contiguous view",
+                   f"an error naming one of {list(words)}", str(exc))
         ctx.note(f"non-contiguous P2P refused clearly: {exc}")
         dist.barrier()
         return _tags_and_any_source(ctx)

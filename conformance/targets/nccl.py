@@ -211,6 +211,17 @@ class NcclTarget(Target):
     # process's stderr, not to Python's warnings: the check reads fd 2.
     lazy_p2p_warning = ("lazy initialization mode", "2-rank")
     warnings_on_stderr = True
+    # How this stack words the refusals checks look for (conformance.checks.common.refusal_words):
+    # ProcessGroupNCCL refuses a strided P2P tensor with "Tensors for P2P must be non-overlapping and
+    # dense" (in torch 2.15.0's libtorch_cuda.so); NCCL refuses config with "Invalid config
+    # cgaClusterSize attribute value %d" and "Invalid config min/max channels attribute value %d/%d"
+    # (NCCL 2.30.7 src/init.cc:2320, 2328; 2.28.9 :1860, 1870), which torch passes on as "Last error".
+    refusal_words = {
+        "non-contiguous P2P": ("non-overlapping and dense",),
+        "cga_cluster_size": ("cgaClusterSize",),
+        "min_ctas": ("min/max channels", "minCTAs"),
+        "max_ctas": ("min/max channels", "maxCTAs"),
+    }
 
     def __init__(self) -> None:
         self._probe: NcclProbe | None = None

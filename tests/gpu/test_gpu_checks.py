@@ -95,3 +95,25 @@ def test_requirements_of_another_design_skip_with_the_reason(monkeypatch):
     assert set(nccl.NcclTarget().not_applicable) == {"P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE"}
     monkeypatch.setenv("TORCH_DIST_USE_NCCL2", "0")
     assert nccl.NcclTarget().not_applicable == {}
+
+
+def test_nccl_refusal_wording_is_accepted():
+    from types import SimpleNamespace
+
+    from conformance.checks.common import refusal_words
+    from conformance.targets.nccl import NcclTarget
+
+    ctx = SimpleNamespace(target=NcclTarget())
+    # Constructed: torch appends NCCL's last error; the texts of NCCL 2.30.7 src/init.cc:2320, 2328 and of
+    # ProcessGroupNCCL's P2P tensor check (torch 2.15.0 libtorch_cuda.so).
+    last = "NCCL error: invalid argument\nLast error:\n"
+    refusals = {
+        "cga_cluster_size": last + "Invalid config cgaClusterSize attribute value -1",
+        "min_ctas": last + "Invalid config min/max channels attribute value 8/4",
+        "non-contiguous P2P": "Tensors for P2P must be non-overlapping and dense",
+    }
+    generic = {"cga_cluster_size": "cga_cluster_size", "min_ctas": "min_ctas", "non-contiguous P2P": "contiguous"}
+    for kind, text in refusals.items():
+        assert generic[kind] not in text  # what the checks looked for alone: a false FAIL on NCCL
+        assert any(w in text for w in refusal_words(ctx, kind, generic[kind])), kind
+    assert refusal_words(SimpleNamespace(target=object()), "min_ctas", "min_ctas") == ("min_ctas",)
