@@ -211,6 +211,10 @@ class NcclTarget(Target):
     # process's stderr, not to Python's warnings: the check reads fd 2.
     lazy_p2p_warning = ("lazy initialization mode", "2-rank")
     warnings_on_stderr = True
+    # WorkNCCL.wait() only makes the current stream wait; given a timeout it blocks the host until the
+    # work completes and raises when it has not ("... milliseconds before timing out", torch 2.15.0
+    # libtorch_cuda.so). P2P-MISMATCH waits with this timeout so a receive that never completes is seen.
+    p2p_wait_timeout_s = 10.0
     # How this stack words the refusals checks look for (conformance.checks.common.refusal_words):
     # ProcessGroupNCCL refuses a strided P2P tensor with "Tensors for P2P must be non-overlapping and
     # dense" (in torch 2.15.0's libtorch_cuda.so); NCCL refuses config with "Invalid config

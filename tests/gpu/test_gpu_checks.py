@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conformance.checks.hints import OPTIONS
 
 
@@ -117,3 +119,37 @@ def test_nccl_refusal_wording_is_accepted():
         assert generic[kind] not in text  # what the checks looked for alone: a false FAIL on NCCL
         assert any(w in text for w in refusal_words(ctx, kind, generic[kind])), kind
     assert refusal_words(SimpleNamespace(target=object()), "min_ctas", "min_ctas") == ("min_ctas",)
+
+
+class _StreamOrderedWork:
+    """Like WorkNCCL for a receive the device never completes: wait() returns at once (it only orders
+    streams), wait(timeout) blocks the host and raises."""
+
+    def wait(self, timeout=None):
+        if timeout is not None:
+            raise RuntimeError(f"WorkNCCL(OpType=RECV) ran for {timeout.total_seconds() * 1000:g} milliseconds "
+                               "before timing out")
+        return True
+
+
+def test_p2p_mismatch_waits_with_the_targets_timeout(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    from conformance.checks import p2p
+    from conformance.outcomes import CheckFailed
+
+    monkeypatch.setattr(p2p.dist, "irecv", lambda *_a, **_k: _StreamOrderedWork())
+    notes: list[str] = []
+
+    def ctx_for(target):
+        return SimpleNamespace(rank=1, world_size=2, device=torch.device("cpu"), target=target,
+                               init_world=lambda mode: None, note=notes.append)
+
+    hanging_stack = SimpleNamespace(name="nccl", capabilities=frozenset({"device_binding"}), p2p_wait_timeout_s=0.5)
+    p2p.mismatch(ctx_for(hanging_stack))  # the recv raised: a refusal, not silent success
+    assert notes and "only the size case" in notes[-1]
+    plain = SimpleNamespace(name="plain", capabilities=frozenset())
+    with pytest.raises(CheckFailed, match="observed success"):
+        p2p.mismatch(ctx_for(plain))  # without the timeout the same work looks complete
