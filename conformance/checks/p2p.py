@@ -22,6 +22,7 @@ from conformance.checks.common import (
     require_fields,
 )
 from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import NotObservable
 
 
 def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int) -> None:
@@ -75,6 +76,9 @@ def eager_reuse(ctx: CheckContext) -> None:
     """Eager init: P2P schedules create no communicator beyond the group's own."""
     ctx.init_world("eager")
     dist.barrier()
+    if not ctx.probe.events("comm_created"):  # positive control: the probe sees the world's own communicator
+        raise NotObservable(f"target {ctx.target.name}'s probe recorded no communicator, not even the one eager "
+                            "init made for the world: it cannot show that P2P makes none")
     since = ctx.probe.mark()
     _exchange(ctx, all_pairs(ctx.world_size), salt=1)
     _exchange(ctx, ring(ctx.world_size), salt=2)

@@ -131,6 +131,24 @@ class _State:
         })
 
 
+def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
+    """The file NCCL writes for NCCL_DEBUG_FILE=``pattern`` in process ``pid`` on ``hostname``: ``%h`` is
+    the host name up to its first dot with '%' and '/' made '-', ``%p`` the pid, ``%%`` a '%', any other
+    ``%x`` kept (NCCL 2.30.7 src/debug.cc:113-129, :201-233; src/misc/utils.cc:73-82)."""
+    host = hostname.split(".", 1)[0].replace("%", "-").replace("/", "-")
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        nxt = pattern[i + 1] if i + 1 < len(pattern) else ""
+        if ch != "%" or not nxt:
+            out.append(ch)
+            i += 1
+            continue
+        out.append({"%": "%", "h": host, "p": str(pid)}.get(nxt, "%" + nxt))
+        i += 2
+    return "".join(out)
+
+
 def parse_nccl_log(lines: Iterable[str]) -> list[Event]:
     """``comm_created`` events (see the module docstring) from NCCL debug log lines, in order."""
     state = _State()

@@ -28,12 +28,13 @@ debug environment earlier (NCCL reads it once per process, at its first call), d
 communicators, warnings (NCCL logs them as WARN, which is not parsed), or ops issued
 outside torch. The flight recorder's size is read once per process too: a rank process
 that used c10d before setup() may have a recorder of size 0 and then shows no launches.
-A NCCL_DEBUG_FILE the user set is kept and must be a plain path (no %h/%p patterns).
+A NCCL_DEBUG_FILE the user set is kept; its %h/%p/%% are expanded as NCCL does.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -44,7 +45,7 @@ import torch.distributed as dist
 
 from conformance.gpu.devices import NvmlUnavailable, device_names, driver_version, visible_devices
 from conformance.gpu.flight_recorder import launch_events, load_dump
-from conformance.gpu.nccl_log import parse_nccl_log_file
+from conformance.gpu.nccl_log import expand_debug_file, parse_nccl_log_file
 from conformance.probe import Event
 from conformance.targets.base import Target, WorldSpec
 
@@ -297,7 +298,7 @@ class NcclTarget(Target):
             os.environ["NCCL_DEBUG_SUBSYS"] = ",".join(sorted(subsys | {"INIT", "ENV"}))
         if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:  # the name torch 2.13 deprecates
             os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
-        log_path = Path(os.environ["NCCL_DEBUG_FILE"])
+        log_path = Path(expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._probe = NcclProbe(log_path, self.c10d_records_launches and flight_recorder_usable())
 

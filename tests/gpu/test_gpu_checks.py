@@ -153,3 +153,37 @@ def test_p2p_mismatch_waits_with_the_targets_timeout(monkeypatch):
     plain = SimpleNamespace(name="plain", capabilities=frozenset())
     with pytest.raises(CheckFailed, match="observed success"):
         p2p.mismatch(ctx_for(plain))  # without the timeout the same work looks complete
+
+
+def test_nccl_debug_file_patterns_are_expanded_as_nccl_does(tmp_path, monkeypatch):
+    import os
+    import socket
+
+    from conformance.gpu.nccl_log import expand_debug_file
+    from conformance.targets import nccl
+
+    assert expand_debug_file("/x/%h.%p.%%.%q.log%", "node-1.cluster/a", 42) == "/x/node-1.42.%.%q.log%"
+    monkeypatch.setenv("NCCL_DEBUG_FILE", str(tmp_path / "nccl.%h.%p.log"))
+    for var in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_FR_BUFFER_SIZE"):  # setup() sets them: restore after
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(nccl, "flight_recorder_usable", lambda: False)
+    target = nccl.NcclTarget()
+    target.setup(0, 1)
+    host = socket.gethostname().split(".")[0]
+    assert target.probe()._log_path == tmp_path / f"nccl.{host}.{os.getpid()}.log"
+
+
+def test_p2p_eager_reuse_needs_a_probe_that_sees_the_world_comm(monkeypatch):
+    from types import SimpleNamespace
+
+    from conformance.checks import p2p
+    from conformance.outcomes import NotObservable
+
+    monkeypatch.setattr(p2p.dist, "barrier", lambda *_a, **_k: None)
+    monkeypatch.setattr(p2p, "_exchange", lambda *_a, **_k: None)
+    monkeypatch.setattr(p2p, "one_f_one_b", lambda *_a, **_k: None)
+    blind = SimpleNamespace(events=lambda kind=None, since=0: [], mark=lambda: 0)  # e.g. a log it never found
+    ctx = SimpleNamespace(rank=0, world_size=2, target=SimpleNamespace(name="nccl"), probe=blind,
+                          init_world=lambda mode: None, expect=lambda *_a, **_k: None)
+    with pytest.raises(NotObservable, match="no communicator"):
+        p2p.eager_reuse(ctx)
