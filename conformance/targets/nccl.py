@@ -2,7 +2,14 @@
 
 A world is ``cpu:gloo,cuda:nccl`` (or ``spec.backend``); eager mode binds the rank's
 device (``device_id``), lazy mode does not. Rank r uses ``cuda:<LOCAL_RANK>`` under
-torchrun, else ``cuda:<r>`` (one host, one GPU per rank).
+torchrun, else ``cuda:<r>`` (one host, one GPU per rank). Ranks are spawned, and the parent
+counts GPUs through NVML only (see conformance.gpu.devices). On torch 2.15 "nccl" builds
+ProcessGroupNCCL2, the torchcomms engine, unless TORCH_DIST_USE_NCCL2=0; the environment
+records which (``nccl_backend``), and this probe's reading of ProcessGroupNCCL internals
+(``_comm_ptr``, ``options.config``, the flight recorder) is unverified there.
+
+Warnings: ProcessGroupNCCL's lazy-P2P warning is read from the rank's stderr by the check
+(``warnings_on_stderr``, ``lazy_p2p_warning``), not by the probe.
 
 The probe (``NcclProbe``) sees:
 
@@ -25,7 +32,7 @@ The probe (``NcclProbe``) sees:
 
 It cannot see: communicators created before setup() or in a process where NCCL read its
 debug environment earlier (NCCL reads it once per process, at its first call), destroyed
-communicators, warnings (NCCL logs them as WARN, which is not parsed), or ops issued
+communicators, NCCL's own warnings (logged as WARN, which is not parsed), or ops issued
 outside torch. The flight recorder's size is read once per process too: a rank process
 that used c10d before setup() may have a recorder of size 0 and then shows no launches.
 A NCCL_DEBUG_FILE the user set is kept; its %h/%p/%% are expanded as NCCL does.
