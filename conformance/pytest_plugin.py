@@ -3,7 +3,9 @@
 Options: ``--conformance-targets`` (default all: sim,gloo,nccl,torchcomms), ``--conformance-world-sizes``
 (default 2,4), ``--conformance-timeout`` (seconds per check), ``--conformance-report-dir`` (write
 ``<target>.json``/``.md`` at the end; works under pytest-xdist, the controller writes them).
-Markers: ``sim``, ``gloo``, ``gpu`` (nccl and torchcomms), ``vendor``, and one per area.
+Markers: ``sim``, ``gloo``, ``gpu`` (every target whose class sets ``gpu``: nccl, torchcomms, a
+vendor's GPU backend), ``vendor``, and one per area. This process never initialises CUDA: GPU
+targets count devices through NVML here and their ranks are spawned (see conformance.gpu.devices).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from conformance.runner.pool import PoolSet
 from conformance.session import load_bound_catalog, statements
 from conformance.spec import Requirement
 from conformance.targets import available_targets, make_target
+from conformance.targets.registry import target_class
 
-GPU_TARGETS = ("nccl", "torchcomms")
 _PROPERTY = "conformance_result"
 _STALE = "conformance_stale_waiver"
 
@@ -55,8 +57,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _marks(case: Case) -> list[Any]:
-    kind = "gpu" if case.target in GPU_TARGETS else case.target if case.target in ("sim", "gloo") else "vendor"
-    return [getattr(pytest.mark, kind), getattr(pytest.mark, case.requirement.area)]
+    return [getattr(pytest.mark, _kind(case.target)), getattr(pytest.mark, case.requirement.area)]
+
+
+def _kind(target: str) -> str:
+    """The marker of a target: its name for sim and gloo, else gpu (the class's ``gpu``) or vendor."""
+    if target in ("sim", "gloo"):
+        return target
+    try:
+        return "gpu" if target_class(target).gpu else "vendor"
+    except ValueError:  # an unknown name: its items report the error when they run
+        return "vendor"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

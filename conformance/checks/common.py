@@ -73,6 +73,12 @@ def require_fields(ctx: CheckContext, events: list[dict[str, Any]], *fields: str
             raise NotObservable(f"target {ctx.target.name}'s probe does not record {blank} for {event['kind']} events")
 
 
+def refusal_words(ctx: CheckContext, kind: str, *generic: str) -> tuple[str, ...]:
+    """Words any one of which a refusal of ``kind`` must contain: the check's ``generic`` ones plus the
+    target's own wording (``Target.refusal_words[kind]``, e.g. NCCL's name for a config field)."""
+    return (*generic, *getattr(ctx.target, "refusal_words", {}).get(kind, ()))
+
+
 def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseException], ...] = (Exception,),
                   contains: tuple[str, ...] = ()) -> BaseException:
     """``fn()`` must raise one of ``kinds`` whose message contains every string of ``contains``."""

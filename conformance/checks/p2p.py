@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import default_mode, expect_raises, new_comms, ranked_tensor, require_fields
+from conformance.checks.common import (
+    default_mode,
+    expect_raises,
+    new_comms,
+    ranked_tensor,
+    refusal_words,
+    require_fields,
+)
 from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import NotObservable
 
 
 def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int) -> None:
@@ -62,6 +76,9 @@ def eager_reuse(ctx: CheckContext) -> None:
     """Eager init: P2P schedules create no communicator beyond the group's own."""
     ctx.init_world("eager")
     dist.barrier()
+    if not ctx.probe.events("comm_created"):  # positive control: the probe sees the world's own communicator
+        raise NotObservable(f"target {ctx.target.name}'s probe recorded no communicator, not even the one eager "
+                            "init made for the world: it cannot show that P2P makes none")
     since = ctx.probe.mark()
     _exchange(ctx, all_pairs(ctx.world_size), salt=1)
     _exchange(ctx, ring(ctx.world_size), salt=2)
@@ -93,18 +110,54 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ctx.expect(not many, "communicators per unordered pair", 1, many)
 
 
+@contextmanager
+def stderr_lines(enabled: bool) -> Iterator[list[str]]:
+    """While active, what the process writes to fd 2 (C++ included) goes to a file; the lines are
+    appended to the yielded list on exit. Does nothing when ``enabled`` is False."""
+    lines: list[str] = []
+    if not enabled:
+        yield lines
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode("utf-8", errors="replace").splitlines())
+
+
+def is_lazy_p2p_warning(message: str, words: tuple[str, ...] | None) -> bool:
+    """Whether ``message`` is the lazy-P2P warning: it contains every one of the target's ``words``
+    (``Target.lazy_p2p_warning``), or, for a target that names none, recommends a device binding."""
+    if words:
+        return all(w in message for w in words)
+    low = message.lower()
+    return "device" in low and ("bind" in low or "device_id" in message)
+
+
 @check("P2P-LAZY-WARN-ONCE")
 def lazy_warn_once(ctx: CheckContext) -> None:
-    """Lazy init: exactly one warning recommending a device binding."""
+    """Lazy init: exactly one warning about the per-pair communicators P2P creates.
+
+    Python warnings are read, and fd 2 too on a target whose backend warns there (ProcessGroupNCCL's
+    TORCH_WARN_ONCE goes through c10's handler to stderr; once per process, so the target runs this
+    check in fresh rank processes).
+    """
     ctx.init_world("lazy")
-    with warnings.catch_warnings(record=True) as caught:
+    words = getattr(ctx.target, "lazy_p2p_warning", None)
+    with stderr_lines(getattr(ctx.target, "warnings_on_stderr", False)) as err, \
+            warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for salt in range(3):
             _exchange(ctx, all_pairs(ctx.world_size), salt=salt)
-    about = [str(w.message) for w in caught if "device" in str(w.message).lower()
-             and ("bind" in str(w.message).lower() or "device_id" in str(w.message))]
-    ctx.expect_equal(f"warnings recommending a device binding over 3 rounds of P2P with {ctx.world_size - 1} peers",
-                     1, len(about))
+    about = [m for m in [str(w.message) for w in caught] + err if is_lazy_p2p_warning(m, words)]
+    ctx.expect_equal(f"lazy-P2P warnings over 3 rounds of P2P with {ctx.world_size - 1} peers", 1, len(about))
 
 
 @check("P2P-DATA")
@@ -128,8 +181,9 @@ def data(ctx: CheckContext) -> None:
         for w in works:
             w.wait()
     except (RuntimeError, ValueError) as exc:
-        ctx.expect("contiguous" in str(exc), "refusal of a non-contiguous view", "an error naming 'contiguous'",
-                   str(exc))
+        words = refusal_words(ctx, "non-contiguous P2P", "contiguous")
+        ctx.expect(any(w in str(exc) for w in words), "refusal of a non-contiguous view",
+                   f"an error naming one of {list(words)}", str(exc))
         ctx.note(f"non-contiguous P2P refused clearly: {exc}")
         dist.barrier()
         return _tags_and_any_source(ctx)
@@ -174,20 +228,38 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
 
 @check("P2P-MISMATCH")
 def mismatch(ctx: CheckContext) -> None:
-    """Size or dtype mismatch between send and recv: an error, never silent data."""
+    """Size or dtype mismatch between send and recv: an error, never silent data.
+
+    On a target whose ``wait()`` only orders device streams (``Target.p2p_wait_timeout_s`` set, e.g.
+    NCCL) the recv is waited on with that timeout, so a receive the device never completes raises
+    instead of looking done; such a target runs this check in rank processes of its own, and after
+    the first refusal the communicator may be unusable, so the remaining cases are not tried.
+    """
     ctx.init_world(default_mode(ctx))
+    wait_s = getattr(ctx.target, "p2p_wait_timeout_s", None)
+
+    def wait(work: dist.Work) -> None:
+        if wait_s is None:
+            work.wait()
+        else:
+            work.wait(timedelta(seconds=wait_s))
+
     for what, send_t, recv_t in (
         ("size", torch.ones(4), torch.zeros(8)),
         ("dtype", torch.ones(4), torch.zeros(4, dtype=torch.float64)),
     ):
         if ctx.rank == 0:
             try:
-                dist.isend(send_t.to(ctx.device), 1).wait()
+                wait(dist.isend(send_t.to(ctx.device), 1))
             except Exception as exc:  # noqa: BLE001 - the sender may also report the mismatch
                 ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
         elif ctx.rank == 1:
             expect_raises(ctx, f"recv with a {what} mismatch against rank 0's send",
-                          lambda t=recv_t: dist.irecv(t.to(ctx.device), 0).wait())
+                          lambda t=recv_t: wait(dist.irecv(t.to(ctx.device), 0)))
+        if wait_s is not None:
+            ctx.note(f"only the {what} case was run: after a mismatched P2P the communicator of target "
+                     f"{ctx.target.name} may be unusable")
+            return
 
 
 @check("P2P-BAD-INPUT")

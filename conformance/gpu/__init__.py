@@ -1,7 +1,8 @@
 """Readers for what real GPU stacks leave behind: NCCL debug logs and flight-recorder dumps.
 
 Pure parsing, no CUDA needed: the NCCL and torchcomms targets feed these from a rank's
-files, and the unit tests feed them constructed samples.
+files, and the unit tests feed them constructed samples. ``devices`` counts and names GPUs
+through NVML, for the parent of the rank pools, which must never initialise CUDA.
 """
 
 from conformance.gpu.flight_recorder import launch_events, load_dump

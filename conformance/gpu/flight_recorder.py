@@ -8,11 +8,13 @@ The dump is what ``torch._C._distributed_c10d._dump_nccl_trace()`` (CUDA builds)
 ``collective_seq_id``, ``p2p_seq_id``, ``is_p2p``, ``input_sizes`` and ``state``.
 
 How launches are formed: ProcessGroupNCCL records each op of a coalescing block (a
-``_coalescing_manager`` block or a batch_isend_irecv) with the block's sequence id and
-ends the block with a ``<backend>:coalesced`` entry carrying the same id; that is one
-launch with ``ops`` = the number of member entries. A ``*_coalesced`` entry (the
-tensor-list fast path) is one launch with ``ops`` = its number of input tensors. Any
-other entry is one launch of one op.
+``_coalescing_manager`` block or a batch_isend_irecv) and ends the block with a
+``<backend>:coalesced`` entry; that is one launch with ``ops`` = the number of member
+entries. Members of a collective block share the closing entry's collective_seq_id; members
+of a P2P batch share one p2p_seq_id, and the closing entry of a batch is not reliably marked
+p2p nor given a fresh collective_seq_id, so the kind of a block is taken from its last
+member. A ``*_coalesced`` entry (the tensor-list fast path) is one launch with ``ops`` = its
+number of input tensors. Any other entry is one launch of one op.
 
 What it cannot see: which NCCL communicator ran the op (the recorder keys entries by
 process group, so ``comm`` is the process group name and a P2P pair communicator is not
@@ -83,12 +85,32 @@ def _group(entry: dict[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _same_block(member: dict[str, Any], raw: str, terminator: dict[str, Any]) -> bool:
-    """Whether ``member`` belongs to the block ``terminator`` (a "coalesced" entry) ends."""
-    if raw == "coalesced" or _group(member)[0] != _group(terminator)[0]:
-        return False
-    key = "p2p_seq_id" if _is_p2p(member, raw) else "collective_seq_id"
-    return member.get(key) == terminator.get(key)
+def _block_members(entries: list[dict[str, Any]], end: int, claimed: dict[int, int]) -> list[int]:
+    """Indices of the entries the "coalesced" entry at ``end`` closes, nearest first.
+
+    The block is the run of entries of the same process group just before ``end``, of one kind:
+    the entry right before ``end`` decides whether it is a P2P batch (then its members share that
+    entry's p2p_seq_id) or a collective block (members share the closing entry's
+    collective_seq_id). Deciding by that entry, not by the closing one, matters: the closing
+    entry of a P2P batch need not be marked p2p, and its collective_seq_id can equal that of the
+    collective recorded before the batch, which then must not join the block.
+    """
+    terminator = entries[end]
+    group = _group(terminator)[0]
+    members: list[int] = []
+    kind: tuple[bool, Any] | None = None
+    for j in range(end - 1, -1, -1):
+        entry = entries[j]
+        raw = _split_name(entry["profiling_name"])[1]
+        if j in claimed or raw == "coalesced" or _group(entry)[0] != group:
+            break
+        p2p = _is_p2p(entry, raw)
+        if kind is None:
+            kind = (True, entry.get("p2p_seq_id")) if p2p else (False, terminator.get("collective_seq_id"))
+        if kind != (p2p, entry.get("p2p_seq_id") if p2p else entry.get("collective_seq_id")):
+            break
+        members.append(j)
+    return members
 
 
 def _block_op(members: list[str]) -> str:
@@ -133,17 +155,8 @@ def launch_events(dump: dict[str, Any], after_record_id: int = -1) -> list[Event
     entries = [e for e in dump.get("entries", []) if _valid(e)]
     member_of: dict[int, int] = {}
     for i, entry in enumerate(entries):
-        backend, raw = _split_name(entry["profiling_name"])
-        if raw != "coalesced":
-            continue
-        j = i - 1
-        while j >= 0 and j not in member_of:
-            prev = entries[j]
-            prev_raw = _split_name(prev["profiling_name"])[1]
-            if not _same_block(prev, prev_raw, entry):
-                break
-            member_of[j] = i
-            j -= 1
+        if _split_name(entry["profiling_name"])[1] == "coalesced":
+            member_of.update(dict.fromkeys(_block_members(entries, i, member_of), i))
     events: list[Event] = []
     for i, entry in enumerate(entries):
         record_id = entry.get("record_id", i)

@@ -11,7 +11,11 @@ What it reads (formats of NCCL's src/init.cc and src/debug.cc, 2.18 to 2.30):
   field the caller set, before that communicator's ``Init START``) and
   ``Comm config <field> reset to NCCL_<VAR>=<value>`` (an environment override);
   both are attached to the next communicator that starts init in the file;
-- ``Using network <name>``: the network plugin of the communicator being initialised.
+- ``Using network <name>``: the network plugin of a communicator. NCCL logs it in
+  commAlloc, before that communicator's ``Init START`` (NCCL 2.30.7 src/init.cc:486 in
+  commAlloc, called at :1882/:1908 before the START lines at :1886/:1912; 2.28.9
+  :428, :1559-1574), from the thread that then logs the START line; it is attached to the
+  next ``Init START`` of the same thread.
 
 What it cannot see: fields the caller left unset (NCCL logs only those it was given), the
 global ranks of a communicator (NCCL logs rank and nranks only), which torch process group
@@ -83,27 +87,26 @@ class _State:
 
     def __init__(self) -> None:
         self.pending_config: dict[str, Any] = {}
+        self.pending_network: dict[tuple[str, int, int], str] = {}
         self.started: dict[str, dict[str, Any]] = {}
-        self.last_started: str | None = None
         self.events: list[Event] = []
 
-    def feed(self, msg: str, host: str, pid: int) -> None:
+    def feed(self, msg: str, host: str, pid: int, tid: int) -> None:
         if (m := _CONFIG_SET.match(msg)) or (m := _CONFIG_RESET.match(msg)):
             self.pending_config[_field(m["field"])] = _value(m["value"])
         elif m := _NETWORK.match(msg):
-            if self.last_started in self.started:
-                self.started[self.last_started]["network"] = m["name"]
+            self.pending_network[(host, pid, tid)] = m["name"]
         elif m := _INIT.search(msg):
-            self._init(m, host, pid)
+            self._init(m, host, pid, tid)
 
-    def _init(self, m: re.Match[str], host: str, pid: int) -> None:
+    def _init(self, m: re.Match[str], host: str, pid: int, tid: int) -> None:
         comm = _ptr(m["comm"])
         if comm is None:
             return
         if m["phase"] == "START":
-            self.started[comm] = {"config": self.pending_config, "network": None}
+            network = self.pending_network.pop((host, pid, tid), None)
+            self.started[comm] = {"config": self.pending_config, "network": network}
             self.pending_config = {}
-            self.last_started = comm
             return
         begun = self.started.pop(comm, {"config": {}, "network": None})
         parent = _ptr(m["parent"])
@@ -128,13 +131,31 @@ class _State:
         })
 
 
+def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
+    """The file NCCL writes for NCCL_DEBUG_FILE=``pattern`` in process ``pid`` on ``hostname``: ``%h`` is
+    the host name up to its first dot with '%' and '/' made '-', ``%p`` the pid, ``%%`` a '%', any other
+    ``%x`` kept (NCCL 2.30.7 src/debug.cc:113-129, :201-233; src/misc/utils.cc:73-82)."""
+    host = hostname.split(".", 1)[0].replace("%", "-").replace("/", "-")
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        nxt = pattern[i + 1] if i + 1 < len(pattern) else ""
+        if ch != "%" or not nxt:
+            out.append(ch)
+            i += 1
+            continue
+        out.append({"%": "%", "h": host, "p": str(pid)}.get(nxt, "%" + nxt))
+        i += 2
+    return "".join(out)
+
+
 def parse_nccl_log(lines: Iterable[str]) -> list[Event]:
     """``comm_created`` events (see the module docstring) from NCCL debug log lines, in order."""
     state = _State()
     for line in lines:
         m = _PREFIX.search(line.rstrip("\n"))
         if m:
-            state.feed(m["msg"], m["host"], int(m["pid"]))
+            state.feed(m["msg"], m["host"], int(m["pid"]), int(m["tid"]))
     return state.events
 
 

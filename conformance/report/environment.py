@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
-import shutil
-import subprocess
 from typing import Any
 
 import torch
 
 import conformance
+from conformance.gpu import devices
 
 
 def _torchcomms_version() -> str | None:
@@ -21,42 +21,22 @@ def _torchcomms_version() -> str | None:
     return str(getattr(torchcomms, "__version__", "unknown"))
 
 
-def _driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:  # noqa: BLE001
-        pass
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.splitlines()[0].strip() if out.strip() else None
-
-
 def _cuda_fields() -> dict[str, Any]:
-    if not torch.cuda.is_available():
-        return {"nccl": None, "cuda": None, "driver": None, "gpu": None, "gpu_count": 0}
+    """CUDA, NCCL, driver and GPU through NVML and version calls: this runs in the parent of the
+    rank pools, which must not initialise CUDA (see conformance.gpu.devices)."""
+    fields: dict[str, Any] = {"nccl": None, "cuda": torch.version.cuda, "driver": None, "gpu": None, "gpu_count": 0}
+    if torch.distributed.is_available() and torch.distributed.is_nccl_available():
+        with contextlib.suppress(Exception):
+            fields["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
     try:
-        nccl = ".".join(str(p) for p in torch.cuda.nccl.version())
-    except Exception:  # noqa: BLE001
-        nccl = None
-    return {
-        "nccl": nccl,
-        "cuda": torch.version.cuda,
-        "driver": _driver_version(),
-        "gpu": torch.cuda.get_device_name(0),
-        "gpu_count": torch.cuda.device_count(),
-    }
+        visible = devices.visible_devices()
+        fields["driver"] = devices.driver_version()
+        if visible:
+            fields["gpu"] = devices.device_names(visible[:1])[0]
+            fields["gpu_count"] = len(visible)
+    except devices.NvmlUnavailable:
+        pass
+    return fields
 
 
 def collect_environment(extra: dict[str, Any] | None = None) -> dict[str, Any]:

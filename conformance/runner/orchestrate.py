@@ -9,7 +9,7 @@ import torch
 
 from conformance.outcomes import Outcome
 from conformance.report.model import Result
-from conformance.runner.pool import PoolSet, RankReport
+from conformance.runner.pool import GPU_START_METHOD, PoolSet, RankReport
 from conformance.spec import Requirement
 from conformance.targets import make_target
 
@@ -28,7 +28,11 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
     if reason is None and hasattr(target, "unavailable_reason_for"):
         reason = target.unavailable_reason_for(world_size)
     if reason:
-        return Outcome.SKIP, f"target {target_name} unavailable: {reason}"
+        reason = f"target {target_name} unavailable: {reason}"
+    elif inapplicable := getattr(target, "not_applicable", {}).get(requirement.id):
+        reason = f"requirement does not apply on target {target_name}: {inapplicable}"
+    if reason:
+        return Outcome.SKIP, reason
     if not requirement.applies_to_torch(torch.__version__):
         return Outcome.SKIP, f"requirement applies to torch {requirement.torch}, not {torch.__version__}"
     if not requirement.applies_to_world_size(world_size):
@@ -89,11 +93,21 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
     decided = precheck(requirement, target_name, target_options, world_size)
     if decided is not None:
         return case_result(requirement, target_name, world_size, *decided, time.perf_counter() - started)
-    reports = pools.get(world_size).run(
-        TASK,
-        {"requirement_id": requirement.id, "target_name": target_name,
-         "target_options": target_options, "timeout_s": timeout_s, "env": env},
-        timeout_s + POOL_GRACE_S,
-    )
+    target = make_target(target_name, target_options)
+    start_method = GPU_START_METHOD if target.gpu else None
+    # A target names the checks that must not share rank processes (a once-per-process warning, a
+    # possible device hang): those get a pool of their own, closed after the check.
+    isolated = requirement.id in getattr(target, "fresh_process_checks", ())
+    pool = pools.fresh(world_size, start_method) if isolated else pools.get(world_size, start_method)
+    try:
+        reports = pool.run(
+            TASK,
+            {"requirement_id": requirement.id, "target_name": target_name,
+             "target_options": target_options, "timeout_s": timeout_s, "env": env},
+            timeout_s + POOL_GRACE_S,
+        )
+    finally:
+        if isolated:
+            pool.close()
     outcome, detail, ranks = aggregate(reports)
     return case_result(requirement, target_name, world_size, outcome, detail, time.perf_counter() - started, ranks)

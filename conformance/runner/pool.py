@@ -31,6 +31,8 @@ TERM_GRACE_S = 0.5  # SIGTERM -> SIGKILL
 STACK_WAIT_S = 1.0  # how long to wait for a faulthandler dump
 
 _pool_ids = itertools.count(1)
+# Ranks of GPU targets are spawned: a rank forked from a parent that touched CUDA cannot use it.
+GPU_START_METHOD = "spawn"
 
 
 @dataclass
@@ -317,16 +319,21 @@ class PoolSet:
     def __init__(self, start_method: str = "fork", env: dict[str, str] | None = None):
         self._start_method = start_method
         self._env = env
-        self._pools: dict[int, RankPool] = {}
+        self._pools: dict[tuple[int, str], RankPool] = {}
         atexit.register(self.close)
 
-    def get(self, world_size: int) -> RankPool:
-        """The pool for ``world_size``, started on first use."""
-        pool = self._pools.get(world_size)
+    def get(self, world_size: int, start_method: str | None = None) -> RankPool:
+        """The pool for ``world_size`` (ranks started by ``start_method``, default the set's), started on first use."""
+        key = (world_size, start_method or self._start_method)
+        pool = self._pools.get(key)
         if pool is None:
-            pool = RankPool(world_size, start_method=self._start_method, env=self._env)
-            self._pools[world_size] = pool
+            pool = RankPool(world_size, start_method=key[1], env=self._env)
+            self._pools[key] = pool
         return pool
+
+    def fresh(self, world_size: int, start_method: str | None = None) -> RankPool:
+        """A new pool like ``get``'s that is not kept: the caller closes it (a check needing processes of its own)."""
+        return RankPool(world_size, start_method=start_method or self._start_method, env=self._env)
 
     def close(self) -> None:
         """Close every pool of this set."""

@@ -2,7 +2,14 @@
 
 A world is ``cpu:gloo,cuda:nccl`` (or ``spec.backend``); eager mode binds the rank's
 device (``device_id``), lazy mode does not. Rank r uses ``cuda:<LOCAL_RANK>`` under
-torchrun, else ``cuda:<r>`` (one host, one GPU per rank).
+torchrun, else ``cuda:<r>`` (one host, one GPU per rank). Ranks are spawned, and the parent
+counts GPUs through NVML only (see conformance.gpu.devices). On torch 2.15 "nccl" builds
+ProcessGroupNCCL2, the torchcomms engine, unless TORCH_DIST_USE_NCCL2=0; the environment
+records which (``nccl_backend``), and this probe's reading of ProcessGroupNCCL internals
+(``_comm_ptr``, ``options.config``, the flight recorder) is unverified there.
+
+Warnings: ProcessGroupNCCL's lazy-P2P warning is read from the rank's stderr by the check
+(``warnings_on_stderr``, ``lazy_p2p_warning``), not by the probe.
 
 The probe (``NcclProbe``) sees:
 
@@ -10,39 +17,49 @@ The probe (``NcclProbe``) sees:
   NCCL_DEBUG_SUBSYS=INIT,ENV and a per-process NCCL_DEBUG_FILE). Every communicator that
   completes init, with its pointer as ``comm``, rank, nranks, cuda device, the parent of
   a split, and the config fields the caller set (see conformance.gpu.nccl_log). ``group``
-  and ``members`` are filled only for communicators a live process group reports through
-  ``_comm_ptr()`` (its default-device communicator); P2P pair communicators and
-  communicators of destroyed groups keep None. ``mode`` is "split" for a split, else None.
+  and ``members`` are filled for communicators a live process group reports through
+  ``_comm_ptr()`` (its default-device communicator). ``mode``: "split" for a split (NCCL
+  logs the parent), "eager" for one made before init_process_group returned (device_id
+  given: torch connects eagerly, 2.13 distributed_c10d.py:2333-2335, 2.15.0 :3206), "lazy"
+  for a live group's communicator made later, "p2p" for a later 2-rank communicator no
+  group owns (ProcessGroupNCCL's per-pair communicator under lazy init); the members of a
+  "p2p" one come from the run's store, where each member publishes itself under the
+  commId NCCL logs identically on both (NCCL 2.30.7 src/init.cc:1901-1902, 1945).
+  Communicators of destroyed groups keep group and members None.
 - ``launch``: from the torch flight recorder (TORCH_FR_BUFFER_SIZE), when this torch
   build can dump it. ``comm`` is the process group name, not the NCCL communicator, and
   there is no stream (see conformance.gpu.flight_recorder).
 
 It cannot see: communicators created before setup() or in a process where NCCL read its
 debug environment earlier (NCCL reads it once per process, at its first call), destroyed
-communicators, warnings (NCCL logs them as WARN, which is not parsed), or ops issued
+communicators, NCCL's own warnings (logged as WARN, which is not parsed), or ops issued
 outside torch. The flight recorder's size is read once per process too: a rank process
 that used c10d before setup() may have a recorder of size 0 and then shows no launches.
-A NCCL_DEBUG_FILE the user set is kept and must be a plain path (no %h/%p patterns).
+A NCCL_DEBUG_FILE the user set is kept; its %h/%p/%% are expanded as NCCL does.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from conformance.gpu.devices import NvmlUnavailable, device_names, driver_version, visible_devices
 from conformance.gpu.flight_recorder import launch_events, load_dump
-from conformance.gpu.nccl_log import parse_nccl_log_file
+from conformance.gpu.nccl_log import expand_debug_file, parse_nccl_log_file
 from conformance.probe import Event
 from conformance.targets.base import Target, WorldSpec
 
 _OPTION_FIELDS = ("cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 _NCCL_CONFIG_UNDEF_INT = -(2**31)  # NCCL_CONFIG_UNDEF_INT: a config field left unset
 FR_BUFFER_SIZE = "2000"
+PAIR_WAIT_S = 5.0  # how long a rank waits for the other member of a pair comm to publish itself
 
 
 def local_rank(rank: int) -> int:
@@ -53,6 +70,13 @@ def local_rank(rank: int) -> int:
 def _dump_fn() -> Any:
     c10d = torch._C._distributed_c10d
     return getattr(c10d, "_dump_nccl_trace", None) or getattr(c10d, "_dump_fr_trace", None)
+
+
+def nccl_is_torchcomms_engine() -> bool:
+    """Whether "nccl" builds ProcessGroupNCCL2 (torch 2.15: the torchcomms engine, unless
+    TORCH_DIST_USE_NCCL2=0; distributed_c10d.py:961-985) rather than ProcessGroupNCCL."""
+    c10d = dist.distributed_c10d
+    return hasattr(c10d, "_create_nccl2_process_group") and os.environ.get("TORCH_DIST_USE_NCCL2") != "0"
 
 
 def flight_recorder_usable() -> bool:
@@ -94,19 +118,71 @@ class NcclProbe:
         self._last_record = self._latest_record() if with_launches else -1
         self._comms_seen = 0
         self._events: list[Event] = []
+        self._store: dist.Store | None = None
+        self._rank = -1
+        self._unresolved: list[Event] = []
 
     def _latest_record(self) -> int:
         ids = [e.get("record_id", -1) for e in _dump().get("entries", [])]
         return max([i for i in ids if isinstance(i, int)], default=-1)
 
-    def _refresh(self) -> None:
+    def world_initialised(self, store: dist.Store, rank: int) -> None:
+        """Called once init_process_group returned: communicators logged so far were made eagerly.
+
+        ``store`` (the run's own store) is where this rank publishes the pair communicators it
+        joins, so that both members can tell who the other is (see ``_resolve``).
+        """
+        self._store, self._rank = store, rank
+        self._refresh(during_init=True)
+
+    def _mode(self, event: Event, during_init: bool) -> str | None:
+        """eager: made while the world initialised; lazy: a live group's comm made later; p2p: a
+        2-rank comm no group owns, made later (ProcessGroupNCCL's per-pair comm under lazy init)."""
+        if event["parent"]:
+            return "split"
+        if during_init:
+            return "eager"
+        if event["group"] is not None:
+            return "lazy"
+        if self._store is not None and event["nranks"] == 2 and event.get("comm_hash"):
+            return "p2p"
+        return None
+
+    def _publish(self, event: Event) -> None:
+        """Put (commId, this rank) in the store under the comm's commId, one numbered slot per member."""
+        key = f"nccl-probe/{event['comm_hash']}"
+        slot = self._store.add(f"{key}/joined", 1)
+        self._store.set(f"{key}/{slot}", str(self._rank))
+        self._unresolved.append(event)
+
+    def _resolve(self) -> None:
+        """Fill ``members`` of pair comms from the slots both members published (NCCL logs only the
+        rank in the comm and the commId, which is the same on every member)."""
+        waiting = []
+        for event in self._unresolved:
+            key = f"nccl-probe/{event['comm_hash']}"
+            slots = [f"{key}/{i}" for i in range(1, event["nranks"] + 1)]
+            try:
+                self._store.wait(slots, timedelta(seconds=PAIR_WAIT_S))
+            except Exception:  # the peer has not looked at its log yet: try again on the next read  # noqa: BLE001
+                waiting.append(event)
+                continue
+            event["members"] = sorted(int(self._store.get(k)) for k in slots)
+        self._unresolved = waiting
+
+    def _refresh(self, during_init: bool = False) -> None:
         comms = parse_nccl_log_file(self._log_path, self._log_offset)
         owners = _comm_groups() if len(comms) > self._comms_seen else {}
         for event in comms[self._comms_seen:]:
             if event["comm"] in owners:
                 event["group"], event["members"] = owners[event["comm"]]
+            event["mode"] = self._mode(event, during_init)
+            if event["mode"] == "p2p":
+                self._publish(event)
             self._events.append(event)
         self._comms_seen = len(comms)
+        if self._unresolved:
+            self._resolve()
         if self._with_launches:
             launches = launch_events(_dump(), self._last_record)
             self._events.extend(launches)
@@ -129,6 +205,35 @@ class NcclTarget(Target):
 
     name = "nccl"
     gpu = True
+    # Whether this target's ops land in c10d's flight recorder (what _dump_nccl_trace reads).
+    c10d_records_launches = True
+    # Checks that get rank processes of their own (conformance.runner.orchestrate.run_case):
+    # ProcessGroupNCCL's lazy-P2P warning is a TORCH_WARN_ONCE, printed once per process (see
+    # lazy_p2p_warning), and a size-mismatched send/recv can leave a kernel spinning on the device
+    # after wait() returned (wait() only orders streams), which would poison later checks.
+    fresh_process_checks = frozenset({"P2P-LAZY-WARN-ONCE", "P2P-MISMATCH"})
+    # ProcessGroupNCCL's lazy-P2P warning: "... An unbatched P2P op (send/recv) was called on this
+    # ProcessGroup with size N.  In lazy initialization mode, this will result in a new 2-rank NCCL
+    # communicator to be created." (in torch 2.15.0's libtorch_cuda.so; a TORCH_WARN_ONCE, hence the
+    # "(function operator())" c10 prints after it). c10's default warning handler writes it to the
+    # process's stderr, not to Python's warnings: the check reads fd 2.
+    lazy_p2p_warning = ("lazy initialization mode", "2-rank")
+    warnings_on_stderr = True
+    # WorkNCCL.wait() only makes the current stream wait; given a timeout it blocks the host until the
+    # work completes and raises when it has not ("... milliseconds before timing out", torch 2.15.0
+    # libtorch_cuda.so). P2P-MISMATCH waits with this timeout so a receive that never completes is seen.
+    p2p_wait_timeout_s = 10.0
+    # How this stack words the refusals checks look for (conformance.checks.common.refusal_words):
+    # ProcessGroupNCCL refuses a strided P2P tensor with "Tensors for P2P must be non-overlapping and
+    # dense" (in torch 2.15.0's libtorch_cuda.so); NCCL refuses config with "Invalid config
+    # cgaClusterSize attribute value %d" and "Invalid config min/max channels attribute value %d/%d"
+    # (NCCL 2.30.7 src/init.cc:2320, 2328; 2.28.9 :1860, 1870), which torch passes on as "Last error".
+    refusal_words = {
+        "non-contiguous P2P": ("non-overlapping and dense",),
+        "cga_cluster_size": ("cgaClusterSize",),
+        "min_ctas": ("min/max channels", "minCTAs"),
+        "max_ctas": ("min/max channels", "maxCTAs"),
+    }
 
     def __init__(self) -> None:
         self._probe: NcclProbe | None = None
@@ -137,31 +242,47 @@ class NcclTarget(Target):
     def device_types(self) -> tuple[str, ...]:
         return ("cuda",)
 
+    @property
+    def not_applicable(self) -> dict[str, str]:
+        """Requirements about ProcessGroupNCCL's per-pair design, when "nccl" is not ProcessGroupNCCL."""
+        if not nccl_is_torchcomms_engine():
+            return {}
+        why = (f"torch {torch.__version__} builds 'nccl' as ProcessGroupNCCL2 (distributed_c10d.py:961-985), which "
+               "always binds a device (:820-848) and runs send/recv on the group's communicator; per-pair "
+               "communicators are its 'nccl-lazy' backend (set TORCH_DIST_USE_NCCL2=0 for ProcessGroupNCCL)")
+        return {"P2P-LAZY-PAIR-COMM": why, "P2P-LAZY-WARN-ONCE": why}
+
     def unavailable_reason(self) -> str | None:
-        """None when CUDA and NCCL are usable here."""
-        if not torch.cuda.is_available():
-            return f"no CUDA device visible (torch {torch.__version__} build)"
-        if not dist.is_nccl_available():
-            return f"torch {torch.__version__} was built without NCCL"
-        return None
+        """None when this torch has CUDA and NCCL and NVML shows a GPU; never initialises CUDA here."""
+        return self.unavailable_reason_for(1)
 
     def unavailable_reason_for(self, world_size: int) -> str | None:
-        """As unavailable_reason, and also None only if this host has a GPU per local rank."""
-        reason = self.unavailable_reason()
-        if reason:
-            return reason
+        """As unavailable_reason, and also None only if this host has a GPU per local rank.
+
+        Called in the parent of the rank pools, so it counts GPUs through NVML (see
+        conformance.gpu.devices): a parent that called torch.cuda.is_available() poisons fork.
+        """
+        if not torch.backends.cuda.is_built():
+            return f"no CUDA device visible (torch {torch.__version__} is a build without CUDA)"
+        if not dist.is_nccl_available():
+            return f"torch {torch.__version__} was built without NCCL"
+        try:
+            visible = visible_devices()
+        except NvmlUnavailable as exc:
+            return f"no CUDA device visible (NVML: {exc}; torch {torch.__version__})"
+        if visible is not None and not visible:
+            return f"no CUDA device visible (NVML lists none{_visible_note()}; torch {torch.__version__})"
         local_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-        visible = torch.cuda.device_count()
-        if local_size > visible:
-            return f"world size {world_size} needs {local_size} GPUs on this host, {visible} visible"
+        if visible is not None and local_size > len(visible):
+            return f"world size {world_size} needs {local_size} GPUs on this host, {len(visible)} visible"
         return None
 
     @property
     def capabilities(self) -> frozenset[str]:
         """Binding, split, options, two device types; observation per the probe."""
         caps = {"device_binding", "split", "options", "multi_device", "coalesced_p2p",
-                "observe:comms", "observe:config"}
-        if flight_recorder_usable():
+                "observe:comms", "observe:config", "observe:warnings"}
+        if self.c10d_records_launches and flight_recorder_usable():
             caps.add("observe:launches")
         return frozenset(caps)
 
@@ -184,9 +305,9 @@ class NcclTarget(Target):
             os.environ["NCCL_DEBUG_SUBSYS"] = ",".join(sorted(subsys | {"INIT", "ENV"}))
         if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:  # the name torch 2.13 deprecates
             os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
-        log_path = Path(os.environ["NCCL_DEBUG_FILE"])
+        log_path = Path(expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._probe = NcclProbe(log_path, flight_recorder_usable())
+        self._probe = NcclProbe(log_path, self.c10d_records_launches and flight_recorder_usable())
 
     def init_world(
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
@@ -194,8 +315,10 @@ class NcclTarget(Target):
         """init_process_group on the store; eager binds cuda:<local rank> as device_id."""
         device = self.device(rank)
         torch.cuda.set_device(device)
-        return self._init_default_group(store, rank, world_size, spec, timeout_s,
-                                        device if spec.mode == "eager" else None)
+        world = self._init_default_group(store, rank, world_size, spec, timeout_s,
+                                         device if spec.mode == "eager" else None)
+        self.probe().world_initialised(store, rank)
+        return world
 
     def make_options(self, **fields: Any) -> Any:
         """A ProcessGroupNCCL.Options with is_high_priority_stream and NCCL config fields set."""
@@ -256,9 +379,21 @@ class NcclTarget(Target):
         return self._probe
 
     def environment(self) -> dict[str, Any]:
-        """torch, CUDA and NCCL versions and the GPU model."""
-        env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
-        if torch.cuda.is_available():
+        """torch, CUDA and NCCL versions, the driver and the GPU model (through NVML: no CUDA init here)."""
+        impl = "ProcessGroupNCCL2" if nccl_is_torchcomms_engine() else "ProcessGroupNCCL"
+        env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl_backend": impl}
+        if dist.is_nccl_available():
             env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-            env["gpu"] = torch.cuda.get_device_name(0)
+        try:
+            visible = visible_devices()
+            if visible:
+                env["gpu"] = device_names(visible[:1])[0]
+            env["driver"] = driver_version()
+        except NvmlUnavailable:
+            pass
         return env
+
+
+def _visible_note() -> str:
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return "" if spec is None else f" under CUDA_VISIBLE_DEVICES={spec!r}"

@@ -31,9 +31,14 @@ def available_targets() -> list[str]:
     return [n for n in BUILTIN if n != "vendor"] + sorted(set(_plugins()) - set(BUILTIN))
 
 
-def make_target(name: str, options: dict[str, Any] | None = None) -> Target:
-    """Instantiate target ``name`` with keyword ``options``; unknown names list the known ones."""
+def target_class(name: str) -> type[Target]:
+    """The class of target ``name`` (its class attributes, e.g. ``gpu``, without instantiating it)."""
     path = BUILTIN.get(name) or _plugins().get(name)
     if path is None:
         raise ValueError(f"unknown target {name!r}; known targets: {', '.join(available_targets())}")
-    return _load(path)(**(options or {}))
+    return _load(path)
+
+
+def make_target(name: str, options: dict[str, Any] | None = None) -> Target:
+    """Instantiate target ``name`` with keyword ``options``; unknown names list the known ones."""
+    return target_class(name)(**(options or {}))

@@ -3,9 +3,12 @@
 torch 2.13 then builds each device backend as ``torchcomms.new_comm(...)`` wrapped in
 ``_BackendWrapper`` instead of ProcessGroupNCCL. Worlds, devices, options objects and the
 probe are the NCCL target's (see conformance.targets.nccl): the NCCL debug log still shows
-the communicators torchcomms' nccl backend creates. Launches come from torch's flight
-recorder, which on this path is fed by the ``torchcomms.hooks.FlightRecorderHook`` torch
-registers; if that hook records elsewhere the probe shows no launches.
+the communicators torchcomms' nccl backend creates. Launches are not observed: torch
+registers a ``torchcomms.hooks.FlightRecorderHook`` on each comm (torch 2.13
+distributed_c10d.py:2130-2131, 2.15.0 :399-400), and a hook records into torchcomms' own
+FlightRecorder singleton (torchcomms hooks/fr/FlightRecorder.hpp:151-163 and
+FlightRecorder.cpp:947-955, sized by TORCHCOMM_FR_BUFFER_SIZE), not into c10d's, so
+``_dump_nccl_trace`` never shows these ops. Checks that need launches are not-observable here.
 
 ``effective_config`` reports what the torchcomms communicator actually got: the hints of
 ``get_comm().get_options()``, and the option fields read from the spellings torchcomms'
@@ -71,6 +74,18 @@ class TorchcommsTarget(NcclTarget):
     """torch.distributed over torchcomms' nccl backend (torch's use_torchcomms path)."""
 
     name = "torchcomms"
+    c10d_records_launches = False
+    # Requirements about another design than this path's, with what holds here instead.
+    not_applicable = {
+        "P2P-LAZY-PAIR-COMM": "torchcomms' nccl backend runs send/recv on the group's own communicator in "
+                              "every mode (torchcomms nccl/TorchCommNCCL.cpp:433-475); per-pair 2-rank "
+                              "communicators are the separate 'nccl-lazy' backend (TorchCommNCCLLazy.cpp:3-12)",
+        "P2P-LAZY-WARN-ONCE": "no per-pair communicator is created on this path, so there is nothing to warn "
+                              "about (see P2P-LAZY-PAIR-COMM)",
+        "SPLIT-UNBOUND-REFUSED": "with torchcomms on, split_group does not need a bound default device and skips "
+                                 "that refusal (torch 2.13 distributed_c10d.py:5570-5573): each child is a "
+                                 "new_comm with its own device",
+    }
 
     def unavailable_reason(self) -> str | None:
         """None when torchcomms imports with what torch needs, torch enabled it, and CUDA is usable."""

@@ -25,13 +25,14 @@ def test_nccl_230_init_split_and_p2p_comms():
     assert world["config"] == {
         "blocking": 1, "cga_cluster_size": 2, "min_ctas": 4, "max_ctas": 16, "net_name": "IB"
     }
-    assert world["network"] == "IB"
+    assert world["network"] == "IB"  # logged before its Init START (NCCL 2.30.7 src/init.cc:486, :1912)
     assert (split["parent"], split["mode"]) == ("0x55d0c1a2b3c0", "split")
     assert (split["nranks"], split["color"]) == (2, 0)
     assert split["config"] == {"blocking": 1, "cga_cluster_size": 2, "max_ctas": 16}
     assert split["comm_hash"] is None
     assert pair["nranks"] == 2 and pair["parent"] is None
     assert pair["config"] == {"max_ctas": 8}  # the NCCL_MAX_CTAS override line
+    assert (split["network"], pair["network"]) == ("IB", "Socket")
 
 
 def test_truncated_and_foreign_lines_are_skipped():
@@ -156,3 +157,73 @@ def test_gpu_targets_say_why_they_cannot_run_here():
     assert reason.startswith("no CUDA device visible") and torch.__version__ in reason
     assert "torchcomms" in TorchcommsTarget().unavailable_reason()
     assert "torchcomms" in TorchcommsTarget().capabilities
+
+
+def _entry(record_id: int, name: str, seq: int, p2p_seq: int, is_p2p: bool) -> dict:
+    return {"record_id": record_id, "process_group": ["0", "default_pg"], "profiling_name": name,
+            "collective_seq_id": seq, "p2p_seq_id": p2p_seq, "is_p2p": is_p2p, "input_sizes": [[8]],
+            "state": "completed"}
+
+
+def test_flight_recorder_p2p_batch_does_not_absorb_the_collective_before_it():
+    # Constructed (keys as in fr_nccl_constructed_rank0.json): an all_reduce, then a batch_isend_irecv
+    # whose closing "nccl:coalesced" entry is not marked p2p and carries the all_reduce's
+    # collective_seq_id, the recording issue 12 lead 7 describes.
+    dump = {"version": "2.10", "entries": [
+        _entry(0, "nccl:all_reduce", 5, 2, False),
+        _entry(1, "nccl:send 0->1", 5, 3, True),
+        _entry(2, "nccl:recv 0<-1", 5, 3, True),
+        _entry(3, "nccl:coalesced", 5, 3, False),
+        _entry(4, "nccl:all_reduce", 6, 3, False),
+        _entry(5, "nccl:all_reduce", 6, 3, False),
+        _entry(6, "nccl:coalesced", 6, 3, False),
+    ]}
+    summary = [(e["op"], e["ops"], e["coalesced"], e["record_id"]) for e in launch_events(dump)]
+    assert summary == [("allreduce", 1, False, 0), ("sendrecv", 2, True, 3), ("allreduce", 2, True, 6)]
+
+
+# Constructed lines in the formats of NCCL 2.30.7 src/init.cc:1912 (Init START), :1945 (Init COMPLETE)
+# and :486 (Using network): a 4-rank world comm, then one 2-rank comm no group owns.
+_WORLD = ("h:9:{tid} [{dev}] NCCL INFO {pre}ncclCommInitRankConfig comm 0x7{rank}00 rank {rank} nranks 4 cudaDev {dev} "
+          "nvmlDev {dev} busId 1{dev}000 commId 0xaaaa0000aaaa0000 - Init {phase}")
+_PAIR = ("h:9:{tid} [{dev}] NCCL INFO {pre}ncclCommInitRankConfig comm 0x{ptr}{rank}00 rank {prank} nranks 2 "
+         "cudaDev {dev} nvmlDev {dev} busId 1{dev}000 commId 0x{cid} - Init {phase}")
+
+
+def _lines(fmt: str, **kw) -> str:
+    return "".join(fmt.format(phase=p, pre="[Rank 0] " if p == "START" else "", **kw) + "\n"
+                   for p in ("START", "COMPLETE"))
+
+
+def test_nccl_probe_modes_and_pair_members_from_the_store(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    from conformance.targets import nccl
+
+    monkeypatch.setattr(nccl, "PAIR_WAIT_S", 0.05)
+    owners = {f"0x7{r}00": ("0", [0, 1, 2, 3]) for r in range(4)}
+    monkeypatch.setattr(nccl, "_comm_groups", lambda: owners)
+    store = dist.HashStore()
+    probes, logs = {}, {}
+    for rank in (1, 3):
+        logs[rank] = tmp_path / f"rank{rank}.log"
+        logs[rank].write_text("")
+        probes[rank] = nccl.NcclProbe(logs[rank], with_launches=False)
+        with logs[rank].open("a") as fh:  # the world comm, made while init_process_group ran (eager)
+            fh.write(_lines(_WORLD, tid=10, dev=rank, rank=rank))
+        probes[rank].world_initialised(store, rank)
+    (world,) = probes[1].events("comm_created")
+    assert (world["mode"], world["members"]) == ("eager", [0, 1, 2, 3])
+    for rank, prank in ((1, 0), (3, 1)):  # later, a 2-rank comm between ranks 1 and 3
+        with logs[rank].open("a") as fh:
+            fh.write(_lines(_PAIR, tid=20, dev=rank, rank=rank, prank=prank, ptr=8, cid="bbbb0000bbbb0001"))
+    first = probes[1].events("comm_created")[1]
+    assert first["mode"] == "p2p" and first["members"] is None  # rank 3 has not read its log yet
+    pair3 = probes[3].events("comm_created")[1]
+    pair1 = probes[1].events("comm_created")[1]
+    assert (pair1["mode"], pair1["members"]) == ("p2p", [1, 3])
+    assert (pair3["mode"], pair3["members"], pair3["rank"]) == ("p2p", [1, 3], 1)
+    owners["0x9300"] = ("5", [1, 3])  # a comm a live group owns, made after init: lazy
+    with logs[3].open("a") as fh:
+        fh.write(_lines(_PAIR, tid=30, dev=3, rank=3, prank=1, ptr=9, cid="cccc0000cccc0002"))
+    assert probes[3].events("comm_created")[2]["mode"] == "lazy"

@@ -1,0 +1,94 @@
+"""GPU targets on the pytest/CLI side: markers from the target class, spawned rank pools, no CUDA in the parent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.gpu.devices import visible_indices
+from conformance.pytest_plugin import _kind
+from conformance.runner import orchestrate
+from conformance.runner.pool import GPU_START_METHOD, RankReport
+from conformance.session import load_bound_catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_pytest_gpu_items_skip_without_touching_cuda_in_the_parent(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.gpu.cuda_tripwire", "-m", "gpu", "-q", "-rs",
+         "-p", "no:cacheprovider", "conformance/suite", "--conformance-world-sizes", "1,2",
+         "--conformance-report-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert "cuda-tripwire: armed" in out
+    assert "CUDA touched in the pytest parent" not in out, out[-3000:]
+    assert proc.returncode == 0, out[-3000:]
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert "skipped" in summary and "passed" not in summary and "failed" not in summary
+    assert "no CUDA device visible" in proc.stdout
+    assert (tmp_path / "nccl.json").exists()  # the report's environment was read without CUDA too
+
+
+def test_gpu_marker_comes_from_the_target_class() -> None:
+    assert [_kind(t) for t in ("sim", "gloo", "nccl", "torchcomms", "no-such-target")] == [
+        "sim", "gloo", "gpu", "gpu", "vendor"]
+
+
+class _Pools:
+    """Records which start method run_case asks for."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, str | None]] = []
+
+    def get(self, world_size: int, start_method: str | None = None) -> _Pools:
+        self.asked.append((world_size, start_method))
+        return self
+
+    def run(self, task: str, kwargs: dict, timeout_s: float) -> list[RankReport]:
+        return [RankReport(0, "ok", {"rank": 0, "outcome": "pass", "detail": "", "notes": []})]
+
+
+@pytest.mark.parametrize(("target", "method"), [("nccl", GPU_START_METHOD), ("torchcomms", GPU_START_METHOD),
+                                                ("gloo", None), ("sim", None)])
+def test_gpu_targets_get_spawned_ranks(monkeypatch: pytest.MonkeyPatch, target: str, method: str | None) -> None:
+    monkeypatch.setattr(orchestrate, "precheck", lambda *_args: None)
+    pools = _Pools()
+    requirement = next(iter(load_bound_catalog()))
+    orchestrate.run_case(pools, requirement, target, 1)  # type: ignore[arg-type]
+    assert pools.asked == [(1, method)]
+    assert GPU_START_METHOD in ("spawn", "forkserver")
+
+
+@pytest.mark.parametrize(("spec", "uuids", "expected"), [
+    (None, None, [0, 1, 2]),
+    ("", None, []),
+    ("2,0", None, [2, 0]),
+    ("1,7,0", None, [1]),  # CUDA stops at the first entry that names no device
+    ("0,0", None, []),  # a repeated device empties the list
+    ("-1", None, []),
+    ("GPU-bb,0", ["GPU-aa11", "GPU-bb22", "GPU-cc33"], [1, 0]),
+    ("GPU-b", None, None),  # uuids needed and not read
+    ("MIG-1234", None, None),
+])
+def test_visible_indices_follow_cuda_visible_devices(spec: str | None, uuids: list[str] | None,
+                                                      expected: list[int] | None) -> None:
+    assert visible_indices(spec, 3, uuids) == expected
+
+
+def test_a_spawned_pool_runs_tasks_apart_from_the_fork_pool() -> None:
+    from conformance.runner import PoolSet
+
+    pools = PoolSet()
+    try:
+        spawned = pools.get(2, GPU_START_METHOD)
+        assert spawned is not pools.get(2) and spawned is pools.get(2, GPU_START_METHOD)
+        reports = spawned.run("tests.runner.tasks:echo", {"value": 7}, timeout_s=60)
+        assert [(r.status, r.value["rank"], r.value["value"]) for r in reports] == [("ok", 0, 7), ("ok", 1, 7)]
+        assert [r.value["pid"] for r in reports] == spawned.pids
+    finally:
+        pools.close()
