@@ -7,8 +7,6 @@ measured to see and not see on gloo, on the simulator and on a pure-Python backe
   dispatcher (C++ backends) or from the Python backend class's own methods.
 - ``store``: ``comm_created`` events read off the bootstrap keys a backend writes to the
   store torch hands it (gloo and other store-bootstrapping backends).
-- ``creator``: ``comm_created`` events from the creator function a backend registered with
-  ``Backend.register_backend`` (every out-of-tree backend, whatever its language).
 
 Warnings need no probe: torch turns a C++ ``TORCH_WARN`` raised on the calling thread into a
 Python warning, which a check records itself with ``warnings.catch_warnings`` (the runner
