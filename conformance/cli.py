@@ -71,6 +71,10 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
 def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
     json_path, md_path = write_report(run.report, args.report_dir, statements())
     verdict = run.report["verdict"]
+    judged = run.report["summary"]["judged"]
+    console.print(f"judged {judged['judged']} of {judged['backend_musts']} backend MUSTs"
+                  + (f"; not judged: {', '.join(u['requirement'] for u in judged['unjudged'])}"
+                     if judged["unjudged"] else ""))
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:
         console.print(f"[yellow]stale waiver[/]: {stale}")
