@@ -77,11 +77,17 @@ class StoreProbe(RecordingProbe):
 
 
 class RecordingStore(dist.Store):
-    """A store that forwards every call to ``inner`` and reports keys to a StoreProbe."""
+    """A store that forwards every call to ``inner`` and reports keys to a StoreProbe.
+
+    Whoever hands it to torch must keep a reference until the groups are destroyed: torch holds
+    only the C++ half, and once Python collects the wrapper every call from C++ fails with
+    torch's "Not implemented" assert (seen on torch 2.13 when a check's later new_group used it).
+    """
 
     def __init__(self, inner: dist.Store, probe: StoreProbe) -> None:
         super().__init__()
         self._inner, self._probe = inner, probe
+        self._clones: list[RecordingStore] = []
 
     def set(self, key: str, value: Any) -> None:
         self._probe.saw_key("set", key)
@@ -121,6 +127,30 @@ class RecordingStore(dist.Store):
         for key in keys:
             self._probe.saw_key("set", key)
         self._inner.multi_set(keys, values)
+
+    def append(self, key: str, value: Any) -> None:
+        self._inner.append(key, value)
+
+    def has_extended_api(self) -> bool:
+        return self._inner.has_extended_api()
+
+    def clone(self) -> RecordingStore:
+        """A recording clone (gloo clones the store for its own threads)."""
+        clone = RecordingStore(self._inner.clone(), self._probe)
+        self._clones.append(clone)  # kept alive with this store, as torch needs
+        return clone
+
+    def list_keys(self) -> list[str]:
+        return self._inner.list_keys()
+
+    def queue_push(self, key: str, value: Any) -> None:
+        self._inner.queue_push(key, value)
+
+    def queue_pop(self, key: str, block: bool = True) -> bytes:
+        return self._inner.queue_pop(key, block)
+
+    def queue_len(self, key: str) -> int:
+        return self._inner.queue_len(key)
 
     def set_timeout(self, timeout: timedelta) -> None:
         self._inner.set_timeout(timeout)

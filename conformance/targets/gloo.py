@@ -27,6 +27,7 @@ class GlooTarget(Target):
         self._probe: CombinedProbe | None = None
         self._launches: LaunchProbe | None = None
         self._comms: StoreProbe | None = None
+        self._store: RecordingStore | None = None
 
     def unavailable_reason(self) -> str | None:
         return None if dist.is_gloo_available() else "this torch build has no gloo"
@@ -56,7 +57,7 @@ class GlooTarget(Target):
             raise Skipped("gloo target lacks capability 'device_binding': torch 2.13 rejects "
                           "device_id=cpu ('must be an accelerator with an index')")
         if self._comms is not None:
-            store = RecordingStore(store, self._comms)
+            store = self._store = RecordingStore(store, self._comms)  # torch keeps only its C++ half alive
         return self._init_default_group(store, rank, world_size, spec, timeout_s)
 
     def probe(self) -> Probe:
@@ -72,4 +73,4 @@ class GlooTarget(Target):
         finally:
             if self._probe is not None:
                 self._probe.close()
-            self._probe = self._launches = self._comms = None
+            self._probe = self._launches = self._comms = self._store = None
