@@ -123,6 +123,7 @@ class VendorTarget(Target):
         self.declared = frozenset(declared)
         self.options_factory = options_factory
         self._probe: CombinedProbe | None = None
+        self._own: Any = None
         self._launches: LaunchProbe | None = None
         self._shim: contextlib.ExitStack | None = None
 
@@ -150,6 +151,13 @@ class VendorTarget(Target):
     def _hook(self, name: str) -> Any:
         return getattr(self._import(), name, None)
 
+    def _own_probe(self) -> Any:
+        """The module's ``conformance_probe()``, called once per target instance (it starts a fresh record)."""
+        if self._own is None:
+            make = self._hook("conformance_probe")
+            self._own = make() if make is not None else False
+        return self._own or None
+
     def unavailable_reason(self) -> str | None:
         """None when the module imports and registers the backend, and the device is present."""
         try:
@@ -174,9 +182,9 @@ class VendorTarget(Target):
         if self.accelerator:
             caps.add("device_binding")
         try:
-            own = self._hook("conformance_probe")
+            own = self._own_probe()
             if own is not None:
-                caps.update(_OBSERVE[k] for k in own().observes if k in _OBSERVE)
+                caps.update(_OBSERVE[k] for k in own.observes if k in _OBSERVE)
             if self._hook("conformance_effective_config") is not None:
                 caps.add("observe:config")
         except Exception:  # noqa: BLE001 - an unimportable module is reported by unavailable_reason
@@ -195,7 +203,6 @@ class VendorTarget(Target):
     def setup(self, rank: int, world_size: int) -> None:
         """Import the vendor module, start the probes, and on a binding CPU backend install the split shim."""
         self._import()
-        self._probe = None
         self.probe()
         if not self.accelerator and "device_binding" in self.declared:
             self._shim = contextlib.ExitStack()
@@ -257,9 +264,8 @@ class VendorTarget(Target):
     def probe(self) -> Probe:
         """The vendor's own probe (where it has one) over launches seen from outside."""
         if self._probe is None:
-            own = self._hook("conformance_probe")
             self._launches = LaunchProbe().install()
-            self._probe = combine(own() if own is not None else None, self._launches)
+            self._probe = combine(self._own_probe(), self._launches)
         return self._probe
 
     def teardown(self) -> None:
@@ -271,7 +277,7 @@ class VendorTarget(Target):
                 self._probe.close()
             if self._shim is not None:
                 self._shim.close()
-            self._probe = self._launches = self._shim = None
+            self._probe = self._own = self._launches = self._shim = None
 
     def environment(self) -> dict[str, Any]:
         """Backend name, its distribution and version, and torch's version."""

@@ -118,10 +118,23 @@ def test_vendor_target_contract(restored):
     assert target.default_backend == "cpu:toyccl"
     assert {"launch", "comm_created", "config_applied"} <= target.probe().observes
     assert target.environment()["backend"] == "toyccl"
+    target.teardown()  # the probe's dispatch mode must not outlive the target
     with pytest.raises(Skipped, match="device_binding"):
         target.init_world(None, 0, 1, WorldSpec(mode="eager"), 5.0)
     with pytest.raises(NotImplementedError, match="declares no options"):
         target.make_options(max_ctas=4)
+
+
+def test_asking_for_capabilities_mid_check_keeps_the_record(restored):
+    """Checks read target.capabilities after init: that must not restart the vendor's own record."""
+    from toyccl.events import LOG
+
+    target = VendorTarget(backend="toyccl", module="toyccl")
+    probe = target.probe()
+    LOG.record("comm_created", comm="c0", members=[0], mode="lazy")
+    assert "observe:comms" in target.capabilities
+    assert [e["comm"] for e in probe.events("comm_created")] == ["c0"]
+    target.teardown()
 
 
 def test_declared_capabilities_are_parsed_and_checked(restored):
