@@ -9,6 +9,8 @@ import pytest
 
 from conformance.cli import main
 
+SHIPPED = Path(__file__).resolve().parents[2] / "examples" / "toyccl" / "capabilities.toml"
+
 pytest.importorskip("toyccl", reason="examples/toyccl is not installed (pip install ./examples/toyccl)")
 
 
@@ -30,6 +32,11 @@ def test_capabilities_file_and_factory_make_the_checks_run(tmp_path: Path) -> No
     code, report = _certify(tmp_path, "--capabilities-file", str(caps))
     assert code == 0 and _outcomes(report) == {"SPLIT-MEMBERSHIP": "pass", "HINT-NEWGROUP-OPTIONS": "pass"}
     assert report["summary"]["judged"]["judged"] == 2
+
+
+def test_the_shipped_capabilities_file_is_valid(tmp_path: Path) -> None:
+    code, report = _certify(tmp_path, "--capabilities-file", str(SHIPPED))
+    assert code == 0 and set(_outcomes(report).values()) == {"pass"}
 
 
 def test_undeclared_capabilities_are_skipped_and_listed_as_unjudged(tmp_path: Path) -> None:
