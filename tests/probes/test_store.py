@@ -44,3 +44,14 @@ def test_ignores_keys_that_are_not_mesh_addresses():
     store.set("world1/done/0", b"1")
     store.set("0/cpu/0", b"x")
     assert probe.events() == []
+
+
+def test_control_missing_helper_covers_probes_without_controls():
+    from conformance.probe import NullProbe, control_missing
+    from conformance.probes import combine
+
+    assert "does not observe comm_created" in control_missing(NullProbe(), "comm_created")
+    probe = StoreProbe()
+    assert control_missing(combine(probe), "comm_created") is not None  # nothing seen yet
+    probe.record("comm_created", comm="0", members=[0])
+    assert control_missing(combine(probe), "comm_created") is None
