@@ -16,9 +16,12 @@ class GlooTarget(Target):
     """Real torch.distributed gloo on CPU processes.
 
     A CPU build of torch refuses ``device_id`` for CPU, so there is no eager device binding and
-    hence no split_group; gloo has no NCCL-style options object. What it does is observed from
-    outside (conformance.probes): launches through torch's dispatcher, communicator creation
-    through the mesh keys gloo writes to the store, warnings through Python's warnings.
+    hence no split_group (torch 2.13's split_group also refuses without an accelerator); gloo
+    has no NCCL-style options object; "cpu:gloo,cuda:gloo" gives one gloo backend for both
+    device types. Requirements needing those are what a CPU build cannot exhibit on gloo, and
+    stay unjudged. What gloo does is observed from outside (conformance.probes): launches
+    through torch's dispatcher, communicator creation through the mesh keys gloo writes to the
+    store, warnings through Python's warnings.
     """
 
     name = "gloo"
