@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,10 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
 def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
     json_path, md_path = write_report(run.report, args.report_dir, statements())
     verdict = run.report["verdict"]
+    judged = run.report["summary"]["judged"]
+    console.print(f"judged {judged['judged']} of {judged['backend_musts']} backend MUSTs"
+                  + (f"; not judged: {', '.join(u['requirement'] for u in judged['unjudged'])}"
+                     if judged["unjudged"] else ""))
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:
         console.print(f"[yellow]stale waiver[/]: {stale}")
@@ -100,10 +105,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_target(args.target, options or None, args)
 
 
+def _declared(args: argparse.Namespace) -> dict[str, Any]:
+    """Capabilities and options factory from --capability/--options-factory and --capabilities-file."""
+    declared: dict[str, Any] = {}
+    if args.capabilities_file is not None:
+        try:
+            declared = tomllib.loads(args.capabilities_file.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"--capabilities-file {args.capabilities_file}: {exc}") from None
+        unknown = sorted(set(declared) - {"capabilities", "options_factory"})
+        if unknown:
+            raise ValueError(f"--capabilities-file {args.capabilities_file}: unknown keys {unknown}; "
+                             "expected capabilities = [...] and options_factory = \"MODULE:FUNCTION\"")
+    caps = [*declared.get("capabilities", ()), *(c for group in args.capability for c in group)]
+    factory = args.options_factory or declared.get("options_factory")
+    return {"capabilities": sorted(set(caps))} | ({"options_factory": factory} if factory else {})
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
     """Certify an out-of-tree backend through the vendor target."""
+    try:
+        declared = _declared(args)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
     options = {"backend": args.backend, "device": args.device, "module": args.import_module,
-               "package": args.package}
+               "package": args.package, **declared}
     return _run_target("vendor", options, args)
 
 
@@ -148,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="device type the backend serves")
     p.add_argument("--import", dest="import_module", required=True, help="module whose import registers it")
     p.add_argument("--package", default=None, help="distribution name, for the report")
+    p.add_argument("--capability", action="append", type=_csv, default=[], metavar="NAME[,NAME...]",
+                   help="a capability the backend declares (split, options, hints, device_binding, p2p_tags, "
+                        "p2p_any_source, ...); checks needing it run, and a skip among them is a failure")
+    p.add_argument("--capabilities-file", type=Path, default=None, metavar="FILE.toml",
+                   help="TOML with capabilities = [...] and optionally options_factory = \"MODULE:FUNCTION\"")
+    p.add_argument("--options-factory", default=None, metavar="MODULE:FUNCTION",
+                   help="makes the backend's options object from NCCL-style fields and hints={...} "
+                        "(default: the module's conformance_make_options)")
     _add_run_args(p)
     p.set_defaults(fn=cmd_certify)
     p = sub.add_parser("list", help="list the requirements")

@@ -12,6 +12,12 @@ Events are plain dicts with a ``kind`` key. The kinds and their fields:
 - ``warning``: message, category
 A target records only the kinds it lists in ``Probe.observes``; a check that needs a kind
 the probe cannot see must report not-observable.
+
+Positive controls: a probe may also have ``control_missing(kind)``, returning None once it has
+shown, in this run, that it sees events of ``kind`` (the world communicator being made, a
+launch of the check's own traffic), else a sentence saying what it has not seen. A check that
+claims something did NOT happen calls ``control_missing(probe, kind)`` below first and reports
+not-observable when it returns a reason. The probes in conformance.probes all have it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,14 @@ class Probe(Protocol):
 
     def mark(self) -> int:
         """An index to pass as ``since`` to see only later events."""
+
+
+def control_missing(probe: Probe, kind: str) -> str | None:
+    """Why ``probe`` cannot back a claim that no ``kind`` event happened in this run, or None."""
+    if kind not in probe.observes:
+        return f"the probe does not observe {kind} events"
+    check = getattr(probe, "control_missing", None)
+    return check(kind) if check is not None else None
 
 
 class NullProbe:

@@ -115,7 +115,8 @@ def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, s
     """Apply the target's expectations and build the report."""
     results, run.stale = apply_expectations(run.results, load_expectations(target), strict=False)
     run.results = results
-    environment = collect_environment(make_target(target, target_options).environment())
+    stack = make_target(target, target_options)
+    environment = collect_environment(stack.environment())
     run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
-                              stale_waivers=run.stale)
+                              stale_waivers=run.stale, capabilities=stack.capabilities)
     return run

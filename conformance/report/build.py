@@ -14,6 +14,7 @@ import jsonschema
 
 from conformance.outcomes import Outcome
 from conformance.report.model import Result
+from conformance.spec import load_catalog
 
 SCHEMA_ID = "conformance-report/1"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
@@ -46,8 +47,54 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+_JUDGED = (Outcome.PASS.value, Outcome.FAIL.value, Outcome.ERROR.value)
+
+
 def _is_must(result: Result) -> bool:
     return result.level.upper() == "MUST"
+
+
+def _spec() -> dict[str, Any]:
+    """Requirement id -> its Requirement in the shipped catalog."""
+    return {r.id: r for r in load_catalog()}
+
+
+def _is_backend(result: Result, spec: dict[str, Any]) -> bool:
+    """Whether the requirement judges the backend (front-end ones are judged per torch version)."""
+    req = spec.get(result.requirement)
+    return req is None or req.kind == "backend"
+
+
+def _was_judged(result: Result) -> bool:
+    """A verdict on the backend was reached: pass, fail, error, or a waived fail/error."""
+    if result.outcome == Outcome.WAIVED.value:
+        return (result.waiver or {}).get("observed") in (Outcome.FAIL.value, Outcome.ERROR.value)
+    return result.outcome in _JUDGED
+
+
+def judged_musts(results: list[Result], capabilities: Iterable[str] | None = None) -> dict[str, Any]:
+    """Which backend MUST requirements of the run were judged; the others with what they lacked.
+
+    ``capabilities`` (the target's) names the missing capabilities of an unjudged requirement;
+    without it, or when none is missing, the reason is the outcome's detail.
+    """
+    spec = _spec()
+    caps = None if capabilities is None else set(capabilities)
+    by_req: dict[str, list[Result]] = {}
+    for r in results:
+        if _is_must(r) and _is_backend(r, spec):
+            by_req.setdefault(r.requirement, []).append(r)
+    judged = sorted(rid for rid, rs in by_req.items() if any(_was_judged(r) for r in rs))
+    unjudged = []
+    for rid, rs in by_req.items():
+        if rid in judged:
+            continue
+        req = spec.get(rid)
+        missing = [c for c in (req.capabilities if req else ()) if caps is not None and c not in caps]
+        unjudged.append({"requirement": rid, "missing": missing,
+                         "outcomes": sorted({r.outcome for r in rs}), "reason": rs[0].detail})
+    return {"backend_musts": len(by_req), "judged": len(judged), "judged_requirements": judged,
+            "unjudged": unjudged}
 
 
 def compute_verdict(results: Iterable[Result], interrupted: bool) -> str:
@@ -55,10 +102,12 @@ def compute_verdict(results: Iterable[Result], interrupted: bool) -> str:
 
     Skip and not-observable on a MUST, and any SHOULD outcome, never change the verdict; but a run
     in which no MUST was judged at all (none passed or was waived) is incomplete: it shows nothing.
+    Only requirements of kind "backend" count: a front-end requirement is torch's, not the backend's.
     """
     if interrupted:
         return Verdict.INCOMPLETE
-    musts = [r.outcome for r in results if _is_must(r)]
+    spec = _spec()
+    musts = [r.outcome for r in results if _is_must(r) and _is_backend(r, spec)]
     if any(o in _FAILING for o in musts):
         return Verdict.NON_CONFORMANT
     if not any(o in (Outcome.PASS.value, Outcome.WAIVED.value) for o in musts):
@@ -75,8 +124,8 @@ def _counts(results: Iterable[Result]) -> dict[str, int]:
     return counts
 
 
-def summarize(results: list[Result]) -> dict[str, Any]:
-    """Counts per outcome, per area and per level, and the SHOULD requirements that failed."""
+def summarize(results: list[Result], capabilities: Iterable[str] | None = None) -> dict[str, Any]:
+    """Counts per outcome, per area and per level, the SHOULD requirements that failed, the judged MUSTs."""
     areas = sorted({r.area for r in results})
     levels = sorted({r.level.upper() for r in results})
     return {
@@ -89,6 +138,7 @@ def summarize(results: list[Result]) -> dict[str, Any]:
             for r in results
             if not _is_must(r) and r.outcome in _FAILING
         ],
+        "judged": judged_musts(results, capabilities),
     }
 
 
@@ -130,10 +180,12 @@ def build_report(
     waivers_used: Iterable[dict[str, Any]] = (),
     stale_waivers: Iterable[dict[str, Any]] = (),
     started: str | None = None,
+    capabilities: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Assemble, validate and digest a ``conformance-report/1`` dict.
 
-    ``waivers_used`` defaults to the distinct waivers found on the results.
+    ``waivers_used`` defaults to the distinct waivers found on the results; ``capabilities`` (the
+    target's) lets the summary name what each unjudged MUST lacked.
     """
     finished = now_iso()
     report: dict[str, Any] = {
@@ -142,7 +194,7 @@ def build_report(
         "verdict": compute_verdict(results, interrupted),
         "environment": dict(environment),
         "results": [r.to_json() for r in results],
-        "summary": summarize(results),
+        "summary": summarize(results, capabilities),
         "waivers_used": list(waivers_used) or _waivers_from_results(results),
         "stale_waivers": list(stale_waivers),
         "started": started or finished,

@@ -47,10 +47,26 @@ def _summary(report: dict[str, Any]) -> list[str]:
         line += " — **the run was interrupted; results are partial**"
     must = summary["by_level"].get("MUST")
     lines = ["## Summary", "", line]
+    judged = summary.get("judged")
+    if judged:
+        lines += ["", f"**Judged {judged['judged']} of {judged['backend_musts']} backend MUST requirements.**"]
     if must and (must["skip"] or must["not-observable"]):
         shown = f"{must['skip']} skipped, {must['not-observable']} not observable"
         lines += ["", f"MUST results without a verdict: {shown}."]
     return [*lines, ""]
+
+
+def _unjudged(report: dict[str, Any]) -> list[str]:
+    """The MUSTs this run left without a verdict, with the capability each lacked (first thing a reader sees)."""
+    judged = report["summary"].get("judged")
+    if not judged or not judged["unjudged"]:
+        return []
+    lines = ["## MUST requirements not judged", "",
+             f"This run judged {judged['judged']} of {judged['backend_musts']} backend MUST requirements; "
+             "these reached no verdict:", ""]
+    rows = [[f"`{u['requirement']}`", ", ".join(u["missing"]) or "—", ", ".join(u["outcomes"]), u["reason"]]
+            for u in judged["unjudged"]]
+    return [*lines, *_table(["Requirement", "Missing capability", "Outcome", "Reason"], rows), ""]
 
 
 def _matrix(report: dict[str, Any], statements: dict[str, str]) -> list[str]:
@@ -125,6 +141,7 @@ def render_markdown(report: dict[str, Any], statements: dict[str, str] | None = 
     lines = [
         title,
         "",
+        *_unjudged(report),
         *_environment(report),
         *_summary(report),
         *_matrix(report, statements or {}),

@@ -68,7 +68,11 @@ def run_check(
     except NotObservable as exc:
         outcome, detail = Outcome.NOT_OBSERVABLE, str(exc)
     except Skipped as exc:
-        outcome, detail = Outcome.SKIP, str(exc)
+        declared = sorted(set(requirement.capabilities) & getattr(target, "declared_capabilities", frozenset()))
+        if declared:  # declared capabilities are verified, not trusted
+            outcome, detail = Outcome.FAIL, f"rank {rank}: declared capability {', '.join(declared)} but: {exc}"
+        else:
+            outcome, detail = Outcome.SKIP, str(exc)
     except Exception as exc:  # noqa: BLE001 - any other exception is the check's error outcome
         outcome, detail, tb = Outcome.ERROR, f"rank {rank}: {type(exc).__name__}: {exc}", traceback.format_exc()
     finally:

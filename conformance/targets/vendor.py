@@ -5,16 +5,29 @@ A vendor's package registers its backend when a module is imported, through
 This target imports that module in every rank process and inits worlds with
 ``"<device>:<backend>"``. Options: ``backend`` (the registered name), ``device`` ("cpu" or an
 accelerator type such as "cuda", "xpu"), ``module`` (what to import), ``package`` (the
-distribution name, for the report), ``options`` (True if the backend honours NCCL-style
-process-group options; the module must then expose ``conformance_make_options(**fields)``).
+distribution name, for the report), ``capabilities`` (what the backend declares it supports:
+names from conformance.targets.base.CAPABILITIES, a list or a comma-separated string),
+``options_factory`` ("module:function" making the backend's options object from NCCL-style
+fields and ``hints``; default: the module's ``conformance_make_options``), ``options`` (True:
+shorthand for declaring the ``options`` capability).
 
-On ``cpu`` there is no device binding, so eager worlds are skipped (capability
-``device_binding``); on an accelerator, eager passes ``device_id=<device>:<LOCAL_RANK>``.
+Declared capabilities are verified, not trusted: a check of a requirement that needs a
+declared capability runs, and a skip inside it is reported as a failure naming the capability
+(see ``declared_capabilities``).
 
-What the suite can observe: nothing (a NullProbe), unless the module exposes
-``conformance_probe()`` returning an object with the conformance.probe.Probe protocol
-(``observes``, ``events(kind, since)``, ``mark()``); its ``observes`` kinds become the
-target's ``observe:*`` capabilities.
+On an accelerator, eager worlds pass ``device_id=<device>:<LOCAL_RANK>``. A CPU backend that
+declares ``device_binding`` gets the narrowest shim the simulator uses (simulator.shim): torch
+refuses ``device_id=cpu``, so the world is bound to the data-less ``meta:0`` device after
+init and the backend's ``eager_connect_single_device`` is called; while ``split_group`` runs,
+torch.accelerator reports cpu, because split_group looks the parent backend up by the
+current accelerator and refuses without one. Everything else torch does runs unchanged.
+
+What the suite observes (conformance.probes, needing no cooperation): launches (torch's
+dispatcher for C++ backends, the backend class's methods for Python ones) and Python
+warnings. A module exposing ``conformance_probe()`` (an object with the
+conformance.probe.Probe protocol, called once per check, seeing what happens from then on)
+adds what it observes and wins the kinds it shares; ``conformance_effective_config(group)``
+(a dict or None) makes the effective config observable.
 
 Declaring a target from the vendor's package: add an entry point in the group
 ``conformance.targets`` whose value is a Target subclass, typically a VendorTarget with
@@ -29,19 +42,24 @@ Then ``conformance`` lists it among the targets and runs it by that name, no opt
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-import sys
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from types import ModuleType
 from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from conformance.outcomes import Skipped
-from conformance.probe import NullProbe, Probe
-from conformance.targets.base import Target, WorldSpec
+from conformance.probe import Probe
+from conformance.probes import CombinedProbe, combine
+from conformance.probes.launches import LaunchProbe
+from conformance.targets.base import CAPABILITIES, Target, WorldSpec
 from conformance.targets.nccl import local_rank
+from simulator.shim import VIRTUAL_DEVICE, virtual_accelerator
 
 _OBSERVE = {
     "comm_created": "observe:comms",
@@ -49,6 +67,42 @@ _OBSERVE = {
     "config_applied": "observe:config",
     "warning": "observe:warnings",
 }
+# Declarable: every capability but what the probes decide.
+DECLARABLE = tuple(c for c in CAPABILITIES if not c.startswith("observe:"))
+# NCCL-style fields of an options object, as make_options takes them.
+OPTION_FIELDS = ("is_high_priority_stream", "cga_cluster_size", "max_ctas", "min_ctas", "net_name")
+
+
+def parse_capabilities(value: str | Iterable[str] | None) -> frozenset[str]:
+    """Declared capability names from a comma-separated string or a list; unknown names are a ValueError."""
+    names = [c.strip() for c in (value.split(",") if isinstance(value, str) else value or ()) if c.strip()]
+    unknown = [c for c in names if c not in DECLARABLE]
+    if unknown:
+        raise ValueError(f"unknown capabilities {unknown}; a backend can declare: {', '.join(DECLARABLE)}")
+    return frozenset(names)
+
+
+def _load_callable(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ValueError(f"expected MODULE:FUNCTION, got {path!r}")
+    return getattr(importlib.import_module(module), attr)
+
+
+@contextlib.contextmanager
+def _cpu_split() -> Any:
+    """While installed, split_group runs with torch.accelerator reporting cpu (see the module docstring)."""
+    original = dist.split_group
+
+    def split_group(*args: Any, **kwargs: Any) -> Any:
+        with virtual_accelerator():
+            return original(*args, **kwargs)
+
+    dist.split_group = c10d.split_group = split_group
+    try:
+        yield
+    finally:
+        dist.split_group = c10d.split_group = original
 
 
 class VendorTarget(Target):
@@ -57,13 +111,21 @@ class VendorTarget(Target):
     name = "vendor"
 
     def __init__(self, backend: str, module: str, device: str = "cpu", package: str | None = None,
-                 options: bool = False) -> None:
+                 options: bool | str = False, capabilities: str | Iterable[str] | None = None,
+                 options_factory: str | None = None) -> None:
         self.backend = backend
         self.module = module
         self.device_type = device
         self.package = package
-        self.declares_options = options
-        self._probe: Probe | None = None
+        declared = set(parse_capabilities(capabilities))
+        if options is True or str(options).lower() in ("true", "1", "yes"):
+            declared.add("options")
+        self.declared = frozenset(declared)
+        self.options_factory = options_factory
+        self._probe: CombinedProbe | None = None
+        self._own: Any = None
+        self._launches: LaunchProbe | None = None
+        self._shim: contextlib.ExitStack | None = None
 
     @property
     def device_types(self) -> tuple[str, ...]:
@@ -86,6 +148,16 @@ class VendorTarget(Target):
             )
         return mod
 
+    def _hook(self, name: str) -> Any:
+        return getattr(self._import(), name, None)
+
+    def _own_probe(self) -> Any:
+        """The module's ``conformance_probe()``, called once per target instance (it starts a fresh record)."""
+        if self._own is None:
+            make = self._hook("conformance_probe")
+            self._own = make() if make is not None else False
+        return self._own or None
+
     def unavailable_reason(self) -> str | None:
         """None when the module imports and registers the backend, and the device is present."""
         try:
@@ -99,15 +171,24 @@ class VendorTarget(Target):
         return None
 
     @property
+    def declared_capabilities(self) -> frozenset[str]:
+        """What the vendor declared: checks needing these must run, and a skip among them is a failure."""
+        return self.declared
+
+    @property
     def capabilities(self) -> frozenset[str]:
-        """custom_backend; options if declared; device_binding on an accelerator; the probe's kinds."""
-        caps = {"custom_backend"}
-        if self.declares_options:
-            caps.add("options")
+        """Declared ones, custom_backend, device_binding on an accelerator, and what the probes observe."""
+        caps = {"custom_backend", "observe:launches", "observe:warnings", *self.declared}
         if self.accelerator:
             caps.add("device_binding")
-        observes = self.probe().observes if self.module in sys.modules else frozenset()
-        caps.update(_OBSERVE[k] for k in observes if k in _OBSERVE)
+        try:
+            own = self._own_probe()
+            if own is not None:
+                caps.update(_OBSERVE[k] for k in own.observes if k in _OBSERVE)
+            if self._hook("conformance_effective_config") is not None:
+                caps.add("observe:config")
+        except Exception:  # noqa: BLE001 - an unimportable module is reported by unavailable_reason
+            pass
         return frozenset(caps)
 
     @property
@@ -120,36 +201,83 @@ class VendorTarget(Target):
         return torch.device(self.device_type, local_rank(rank)) if self.accelerator else torch.device("cpu")
 
     def setup(self, rank: int, world_size: int) -> None:
-        """Import the vendor module so that its backend is registered in this rank process."""
+        """Import the vendor module, start the probes, and on a binding CPU backend install the split shim."""
         self._import()
+        self.probe()
+        if not self.accelerator and "device_binding" in self.declared:
+            self._shim = contextlib.ExitStack()
+            self._shim.enter_context(_cpu_split())
 
     def init_world(
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
     ) -> dist.ProcessGroup:
-        """init_process_group with ``<device>:<backend>``; eager binds the accelerator device."""
-        if spec.mode == "eager" and not self.accelerator:
+        """init_process_group with ``<device>:<backend>``; eager binds the accelerator (or virtual) device."""
+        virtual = spec.mode == "eager" and not self.accelerator
+        if virtual and "device_binding" not in self.declared:
             raise Skipped(
                 f"backend {self.backend!r} runs on cpu: an eager world needs capability device_binding"
             )
-        return self._init_default_group(store, rank, world_size, spec, timeout_s,
-                                        self.device(rank) if spec.mode == "eager" else None)
+        world = self._init_default_group(store, rank, world_size, spec, timeout_s,
+                                         self.device(rank) if spec.mode == "eager" and not virtual else None)
+        if virtual:
+            world.bound_device_id = VIRTUAL_DEVICE
+            backend = world._get_backend(VIRTUAL_DEVICE) if hasattr(world, "_get_backend") else world
+            if hasattr(backend, "eager_connect_single_device"):
+                backend.eager_connect_single_device(VIRTUAL_DEVICE)
+        if self._launches is not None:
+            self._launches.watch_class(type(world))
+        return world
 
     def make_options(self, **fields: Any) -> Any:
-        """The vendor's options object, from its module's ``conformance_make_options(**fields)``."""
-        make = getattr(self._import(), "conformance_make_options", None) if self.declares_options else None
-        if make is None:
+        """The vendor's options object, from ``options_factory`` or the module's ``conformance_make_options``."""
+        make = _load_callable(self.options_factory) if self.options_factory else self._hook("conformance_make_options")
+        if make is None or "options" not in self.declared:
             raise NotImplementedError(
-                f"backend {self.backend!r} declares no options object "
-                f"(module {self.module!r} needs conformance_make_options and the target options=True)"
+                f"backend {self.backend!r} declares no options object (declare capability 'options' and give "
+                f"options_factory=MODULE:FUNCTION or module {self.module!r}'s conformance_make_options)"
             )
         return make(**fields)
 
+    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
+        """The module's ``conformance_effective_config(group)``, else None (not observable)."""
+        read = self._hook("conformance_effective_config")
+        return read(group) if read is not None else None
+
+    def _options_object(self, group: dist.ProcessGroup) -> Any:
+        device = group.bound_device_id or self.device(0)
+        options = getattr(group._get_backend(device), "options", None)
+        if options is None:
+            raise NotImplementedError(f"backend {self.backend!r} exposes no options object on its groups")
+        return options
+
+    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        """The NCCL-style fields of the options object the group's backend holds."""
+        options = self._options_object(group)
+        return {k: getattr(options, k, getattr(getattr(options, "config", None), k, None)) for k in OPTION_FIELDS}
+
+    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        """Set fields on the options object the group's backend holds."""
+        options = self._options_object(group)
+        for key, value in fields.items():
+            setattr(options if hasattr(options, key) else options.config, key, value)
+
     def probe(self) -> Probe:
-        """The vendor module's ``conformance_probe()``, else a NullProbe."""
+        """The vendor's own probe (where it has one) over launches seen from outside."""
         if self._probe is None:
-            make = getattr(sys.modules.get(self.module), "conformance_probe", None)
-            self._probe = make() if make is not None else NullProbe()
+            self._launches = LaunchProbe().install()
+            self._probe = combine(self._own_probe(), self._launches)
         return self._probe
+
+    def teardown(self) -> None:
+        """Destroy the groups, stop the probes, remove the split shim."""
+        try:
+            super().teardown()
+        finally:
+            if self._probe is not None:
+                self._probe.close()
+            if self._shim is not None:
+                self._shim.close()
+            self._probe = self._own = self._launches = self._shim = None
 
     def environment(self) -> dict[str, Any]:
         """Backend name, its distribution and version, and torch's version."""

@@ -13,7 +13,6 @@ import torch
 import torch.distributed as dist
 
 from conformance.outcomes import Skipped
-from conformance.probe import NullProbe
 from conformance.runner.isolation import ProcessState
 from conformance.targets.base import WorldSpec
 from conformance.targets.vendor import VendorTarget
@@ -49,13 +48,18 @@ def _rank(rank: int, port: int, module: str, queue) -> None:
         scattered = torch.empty(1)
         dist.reduce_scatter_tensor(scattered, torch.arange(2.0) + rank)
         peer = torch.full((2,), float(rank))
+        tagged = [torch.zeros(1), torch.zeros(1)]
         if rank == 0:
             dist.send(torch.tensor([7.0, 8.0]), 1)
+            dist.send(torch.tensor([11.0]), 1, tag=11)
+            dist.send(torch.tensor([22.0]), 1, tag=22)
         else:
             dist.recv(peer, 0)
+            dist.recv(tagged[1], 0, tag=22)
+            dist.recv(tagged[0], 0, tag=11)
         dist.barrier()
         queue.put((rank, [single.tolist(), [t.tolist() for t in block], gathered.tolist(),
-                          scattered.tolist(), peer.tolist()]))
+                          scattered.tolist(), peer.tolist(), [t.item() for t in tagged]]))
         target.teardown()
     except BaseException as exc:
         queue.put((rank, f"{type(exc).__name__}: {exc}"))
@@ -79,20 +83,21 @@ def _run(module: str) -> dict[int, list]:
 
 def test_toyccl_collectives_are_right():
     results = _run("toyccl")
-    for rank, (single, block, gathered, scattered, peer) in results.items():
+    for rank, (single, block, gathered, scattered, peer, tagged) in results.items():
         assert single == [3.0] * 3
         assert block == [[3.0 * (i + 1)] * 2 for i in range(3)]
         assert gathered == [0.0, 0.0, 1.0, 1.0]
         assert scattered == [[1.0], [3.0]][rank]
         assert peer == ([0.0, 0.0] if rank == 0 else [7.0, 8.0])
+        assert tagged == ([0.0, 0.0] if rank == 0 else [11.0, 22.0])  # tags select, whatever the order
 
 
-def test_toyccl_flawed_coalesced_block_is_wrong():
+def test_toyccl_flawed_ignores_tags():
     results = _run("toyccl_flawed")
-    for rank, (single, block, *_rest) in results.items():
-        assert single == [3.0] * 3  # plain all_reduce is fine
-        assert block[0] == [3.0, 3.0]  # the first tensor of the block is reduced ...
-        assert block[1:] == [[float(rank + 1) * 2] * 2, [float(rank + 1) * 3] * 2]  # ... the rest are not
+    for rank, (single, block, _gathered, _scattered, peer, tagged) in results.items():
+        assert single == [3.0] * 3 and block == [[3.0 * (i + 1)] * 2 for i in range(3)]  # collectives are fine
+        assert peer == ([0.0, 0.0] if rank == 0 else [7.0, 8.0])  # untagged P2P is fine
+        assert tagged == ([0.0, 0.0] if rank == 0 else [22.0, 11.0])  # tagged messages land in send order
 
 
 @pytest.fixture
@@ -106,14 +111,57 @@ def restored():
 def test_vendor_target_contract(restored):
     target = VendorTarget(backend="toyccl", module="toyccl")
     assert target.unavailable_reason() is None
-    assert target.capabilities == frozenset({"custom_backend"})
+    # nothing declared: only what the probes see (launches, warnings; toyccl's own probe: comms, config)
+    assert target.capabilities == frozenset({"custom_backend", "observe:launches", "observe:warnings",
+                                             "observe:comms", "observe:config"})
+    assert target.declared_capabilities == frozenset()
     assert target.default_backend == "cpu:toyccl"
-    assert isinstance(target.probe(), NullProbe)
+    assert {"launch", "comm_created", "config_applied"} <= target.probe().observes
     assert target.environment()["backend"] == "toyccl"
+    target.teardown()  # the probe's dispatch mode must not outlive the target
     with pytest.raises(Skipped, match="device_binding"):
         target.init_world(None, 0, 1, WorldSpec(mode="eager"), 5.0)
     with pytest.raises(NotImplementedError, match="declares no options"):
         target.make_options(max_ctas=4)
+
+
+def test_asking_for_capabilities_mid_check_keeps_the_record(restored):
+    """Checks read target.capabilities after init: that must not restart the vendor's own record."""
+    from toyccl.events import LOG
+
+    target = VendorTarget(backend="toyccl", module="toyccl")
+    probe = target.probe()
+    LOG.record("comm_created", comm="c0", members=[0], mode="lazy")
+    assert "observe:comms" in target.capabilities
+    assert [e["comm"] for e in probe.events("comm_created")] == ["c0"]
+    target.teardown()
+
+
+def test_declared_capabilities_are_parsed_and_checked(restored):
+    target = VendorTarget(backend="toyccl", module="toyccl", capabilities="split, options,hints")
+    assert target.declared_capabilities == {"split", "options", "hints"}
+    assert {"split", "options", "hints"} <= target.capabilities
+    assert target.make_options(max_ctas=4, hints={"netName": "IB"}).max_ctas == 4
+    factory = VendorTarget(backend="toyccl", module="toyccl", capabilities=["options"],
+                           options_factory="toyccl.options:ToyOptions")
+    assert factory.make_options(net_name="x").net_name == "x"
+    with pytest.raises(ValueError, match="unknown capabilities \\['splitting'\\]"):
+        VendorTarget(backend="toyccl", module="toyccl", capabilities="splitting")
+    with pytest.raises(ValueError, match="observe:comms"):  # the probes decide those, not the vendor
+        VendorTarget(backend="toyccl", module="toyccl", capabilities="observe:comms")
+
+
+def test_a_skip_under_a_declared_capability_is_a_failure(restored):
+    """Declaring split on cpu without device_binding: the split check cannot run, and that is a FAIL."""
+    from conformance.runner.execute import run_check
+
+    options = {"backend": "toyccl", "module": "toyccl"}
+    declared = run_check(0, 1, dist.HashStore(), "SPLIT-MEMBERSHIP", "vendor", {**options, "capabilities": "split"},
+                         timeout_s=5.0)
+    assert declared["outcome"] == "fail", declared
+    assert "declared capability split" in declared["detail"] and "device_binding" in declared["detail"]
+    undeclared = run_check(0, 1, dist.HashStore(), "SPLIT-MEMBERSHIP", "vendor", options, timeout_s=5.0)
+    assert undeclared["outcome"] == "skip", undeclared
 
 
 def test_vendor_target_reregisters_after_a_check_undid_it(restored):

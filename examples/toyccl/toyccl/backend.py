@@ -1,13 +1,24 @@
-"""The toyccl process group: collectives and P2P over the c10d store.
+"""The toyccl process group: collectives and P2P over the c10d store, with communicators it tracks.
 
-Each rank publishes its contribution under ``<op seq>/<rank>`` in the group's store and
-reads the others' back; ranks issue ops in the same order, so their sequence numbers agree.
-P2P uses a per-pair counter instead, so sends need not line up with collectives.
+Each rank publishes its contribution under ``<op seq>/<rank>`` in the group's store and reads
+the others' back; ranks issue ops in the same order, so their sequence numbers agree. P2P
+uses a counter per (source, destination, tag), so sends need not line up with collectives,
+tags select among messages, and a receive from any source takes the next message announced
+to this rank.
+
+Communicators, as a real backend has them: a group's communicator is made lazily on its first
+op, or at once when torch binds a device (``eager_connect_single_device``); groups made from a
+bound parent (``split_group``, or ``new_group`` once the world is bound) are split from the
+parent's communicator; P2P on a group without one makes one 2-rank communicator per pair of
+ranks, and warns once per group that a device binding would avoid that. Every communicator
+and its config is recorded in ``toyccl.events.LOG``.
 """
 
 from __future__ import annotations
 
+import copy
 import pickle
+import warnings
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +26,12 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
+from toyccl.events import LOG
+from toyccl.options import ToyOptions
+
 BACKEND_NAME = "toyccl"
+LAZY_P2P_WARNING = ("toyccl: send/recv on a group without a device binding creates one communicator per pair of "
+                    "ranks; pass device_id to init_process_group to bind a device and reuse the group's")
 
 _REDUCE = {
     dist.ReduceOp.SUM: lambda ts: torch.stack(ts).sum(0),
@@ -26,11 +42,34 @@ _REDUCE = {
 }
 
 
+class ToyWork(dist.Work):
+    """A completed Work whose future holds ``result``; ``source`` is the rank a receive matched."""
+
+    def __init__(self, result: Any = None, source: int = -1) -> None:
+        super().__init__()
+        self._future: Future = Future()
+        self._future.set_result(result)
+        self._source = source
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self) -> Future:
+        return self._future
+
+    def _source_rank(self) -> int:
+        return self._source
+
+
 def completed_work(result: Any = None) -> dist.Work:
     """A Work that is already complete, with ``result`` as its future's value."""
-    fut: Future = Future()
-    fut.set_result(result)
-    return torch._C._distributed_c10d._create_work_from_future(fut)
+    return ToyWork(result)
 
 
 def _reduce(tensors: list[torch.Tensor], op: Any) -> torch.Tensor:
@@ -40,16 +79,35 @@ def _reduce(tensors: list[torch.Tensor], op: Any) -> torch.Tensor:
     raise ValueError(f"toyccl does not support reduce op {op}")
 
 
+def _options(pg_options: Any) -> ToyOptions:
+    if pg_options is None:
+        return ToyOptions()
+    if not isinstance(pg_options, ToyOptions):
+        raise TypeError(f"toyccl: pg_options must be toyccl.ToyOptions, got {type(pg_options).__name__}")
+    return pg_options
+
+
 class ToyProcessGroup(dist.ProcessGroup):
     """A CPU process group that exchanges pickled tensors through a c10d store."""
 
-    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
+                 global_ranks: list[int] | None = None, options: ToyOptions | None = None, name: str = "") -> None:
         super().__init__(rank, size)
         self._store = store
         self._store.set_timeout(timeout)
+        self._timeout = timeout
+        self._global_ranks = list(global_ranks or range(size))
+        self._options = options if options is not None else ToyOptions()
+        self._config = self._options.config()
         self._seq = 0
-        self._p2p: dict[tuple[int, int], int] = {}
-        self._name = ""
+        self._p2p: dict[tuple[int, int, int], int] = {}
+        self._taken: set[tuple[int, int, int]] = set()
+        self._any = 0
+        self._name = name
+        self._comm: dict[str, Any] | None = None
+        self._pairs: dict[tuple[int, int], str] = {}
+        self._warned = False
+        self._splits = 0
 
     # -- names, lifecycle -------------------------------------------------
     def getBackendName(self) -> str:
@@ -61,12 +119,81 @@ class ToyProcessGroup(dist.ProcessGroup):
     def getGroupName(self) -> str:
         return self._name
 
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    @property
+    def options(self) -> ToyOptions:
+        """The options object this group was made with (torch deep-copies it for split children)."""
+        return self._options
+
+    @property
+    def supports_splitting(self) -> bool:
+        return True
+
+    def _get_backend(self, device: Any) -> ToyProcessGroup:
+        return self
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass
+
+    def effective_config(self) -> dict[str, Any]:
+        """The config of this group's communicator (or the one it will get when made lazily)."""
+        return dict(self._comm["config"]) if self._comm else dict(self._config)
+
     def shutdown(self) -> None:
         self._store = None
+
+    # -- communicators -----------------------------------------------------
+    def _make_comm(self, mode: str, members: list[int], *, comm_id: str | None = None, parent: str | None = None,
+                   device: str | None = None) -> dict[str, Any]:
+        comm = {"comm": comm_id or f"toy:{self._name}", "group": self._name, "members": sorted(members),
+                "parent": parent, "mode": mode, "device": device, "config": dict(self._config),
+                "backend": BACKEND_NAME}
+        LOG.record("comm_created", **comm)
+        LOG.record("config_applied", comm=comm["comm"], config=dict(self._config))
+        return comm
+
+    def _main_comm(self) -> dict[str, Any]:
+        if self._comm is None:
+            self._comm = self._make_comm("lazy", self._global_ranks)
+        return self._comm
+
+    def eager_connect_single_device(self, device: Any) -> None:
+        """Make the group's communicator now (torch calls this when it binds a device)."""
+        if self._comm is None:
+            self._comm = self._make_comm("eager", self._global_ranks, device=str(device))
+
+    def split_from(self, parent: ToyProcessGroup) -> None:
+        """Make this group's communicator by splitting ``parent``'s."""
+        pc = parent._main_comm()
+        self._comm = self._make_comm("split", self._global_ranks, parent=pc["comm"], device=pc["device"])
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """A non-member's part in a split: toyccl splits need no collective step."""
+
+    def split_group(self, ranks: list[int], timeout: Any = None, opts: Any = None, group_name: str = "",
+                    group_desc: str = "", device_types: Any = None) -> ToyProcessGroup | None:
+        """torch.distributed.split_group's backend half: every rank of this group calls it."""
+        bad = [r for r in ranks if not 0 <= r < self.size()]
+        if bad:
+            raise ValueError(f"toyccl rank {self._global_ranks[self.rank()]}: split_group: ranks {bad} are outside "
+                             f"the parent group of size {self.size()}")
+        self._splits += 1  # every rank of this group calls: the count names the child's keys alike everywhere
+        if self.rank() not in ranks:
+            return None
+        options = copy.deepcopy(self._options) if opts is None else _options(opts)
+        store = dist.PrefixStore(f"split{self._splits}/{'_'.join(map(str, sorted(ranks)))}/", self._store)
+        child = type(self)(store, ranks.index(self.rank()), len(ranks), timeout or self._timeout,
+                           [self._global_ranks[r] for r in ranks], options, group_name)
+        child.split_from(self)
+        return child
 
     # -- the exchange every collective is built on ------------------------
     def _exchange(self, payload: Any) -> list[Any]:
         """Publish ``payload`` and return every rank's payload, in rank order."""
+        self._main_comm()
         self._seq += 1
         self._store.set(f"{self._seq}/{self.rank()}", pickle.dumps(payload))
         return [pickle.loads(self._store.get(f"{self._seq}/{r}")) for r in range(self.size())]
@@ -132,35 +259,75 @@ class ToyProcessGroup(dist.ProcessGroup):
         return completed_work()
 
     # -- point to point -------------------------------------------------------
-    def _p2p_key(self, src: int, dst: int) -> str:
-        n = self._p2p.get((src, dst), 0) + 1
-        self._p2p[(src, dst)] = n
-        return f"p2p/{src}->{dst}/{n}"
-
     def _check_peer(self, op: str, peer: int) -> None:
         if not 0 <= peer < self.size() or peer == self.rank():
             raise ValueError(f"toyccl rank {self.rank()}: {op}: invalid peer {peer} (group size {self.size()})")
 
+    def _pair_comm(self, peer: int) -> None:
+        """Under lazy init, P2P with ``peer`` runs on a 2-rank communicator made on first use."""
+        if self._comm is not None:
+            return
+        if not self._warned:
+            self._warned = True
+            warnings.warn(LAZY_P2P_WARNING, UserWarning, stacklevel=3)
+        me, other = self._global_ranks[self.rank()], self._global_ranks[peer]
+        pair = (min(me, other), max(me, other))
+        if pair not in self._pairs:
+            self._pairs[pair] = self._make_comm("p2p", list(pair), comm_id=f"toy:{self._name}.p{pair[0]}x{pair[1]}")[
+                "comm"]
+
+    def _next(self, src: int, dst: int, tag: int) -> int:
+        n = self._p2p.get((src, dst, tag), 0) + 1
+        while (src, tag, n) in self._taken:
+            n += 1
+        self._p2p[(src, dst, tag)] = n
+        return n
+
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> dist.Work:
         self._check_peer("send", dst)
-        self._store.set(self._p2p_key(self.rank(), dst), pickle.dumps([t.detach().cpu() for t in tensors]))
+        self._pair_comm(dst)
+        n = self._next(self.rank(), dst, tag)
+        self._store.set(f"p2p/{self.rank()}->{dst}/t{tag}/{n}", pickle.dumps([t.detach().cpu() for t in tensors]))
+        slot = self._store.add(f"any/{dst}/t{tag}", 1)
+        self._store.set(f"any/{dst}/t{tag}/{slot}", pickle.dumps((self.rank(), n)))
         return completed_work(tensors)
 
-    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
-        self._check_peer("recv", src)
-        received = pickle.loads(self._store.get(self._p2p_key(src, self.rank())))
+    def _deliver(self, tensors: list[torch.Tensor], src: int, tag: int, n: int) -> None:
+        self._taken.add((src, tag, n))
+        received = pickle.loads(self._store.get(f"p2p/{src}->{self.rank()}/t{tag}/{n}"))
         for t, r in zip(tensors, received, strict=True):
             if t.shape != r.shape or t.dtype != r.dtype:
                 raise ValueError(f"toyccl rank {self.rank()}: recv from rank {src}: expected {r.dtype}{list(r.shape)} "
                                  f"as sent, but the receive buffer is {t.dtype}{list(t.shape)}")
             t.copy_(r)
-        return completed_work(tensors)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
+        self._check_peer("recv", src)
+        self._pair_comm(src)
+        self._deliver(tensors, src, tag, self._next(src, self.rank(), tag))
+        return ToyWork(tensors, src)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
+        """Receive the next message announced to this rank with ``tag``, from whichever rank sent it."""
+        while True:
+            self._any += 1
+            src, n = pickle.loads(self._store.get(f"any/{self.rank()}/t{tag}/{self._any}"))
+            if (src, tag, n) not in self._taken and n > self._p2p.get((src, self.rank(), tag), 0):
+                break
+        self._pair_comm(src)
+        self._deliver(tensors, src, tag, n)
+        return ToyWork(tensors, src)
 
 
 def register(name: str = BACKEND_NAME, cls: type[ToyProcessGroup] = ToyProcessGroup) -> None:
     """Register ``cls`` with torch.distributed as backend ``name`` (CPU, extended API)."""
 
     def create(common: Any, pg_options: Any) -> ToyProcessGroup:
-        return cls(common.store, common.group_rank, common.group_size, common.timeout)
+        group = cls(common.store, common.group_rank, common.group_size, common.timeout,
+                    list(common.global_ranks_in_group) or None, _options(pg_options), common.group_id)
+        world = dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
+        if isinstance(world, ToyProcessGroup) and world.bound_device_id is not None:
+            group.split_from(world)
+        return group
 
     dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu"])

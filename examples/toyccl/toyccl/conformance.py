@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from conformance.targets.vendor import VendorTarget
+
+# What toyccl declares it supports; the suite verifies each (a skip among them is a failure).
+CAPABILITIES = ("device_binding", "split", "options", "hints", "p2p_tags", "p2p_any_source")
 
 
 class ToycclTarget(VendorTarget):
-    """VendorTarget preset for toyccl: `conformance certify --target toyccl` needs no options."""
+    """VendorTarget preset for toyccl: `conformance run --target toyccl` needs no options."""
 
     name = "toyccl"
 
     def __init__(self, backend: str = "toyccl", device: str = "cpu", module: str = "toyccl",
-                 package: str | None = "toyccl", options: bool = False) -> None:
-        super().__init__(backend=backend, device=device, module=module, package=package, options=options)
+                 package: str | None = "toyccl", options: bool = False,
+                 capabilities: str | Iterable[str] | None = CAPABILITIES, options_factory: str | None = None) -> None:
+        super().__init__(backend=backend, device=device, module=module, package=package, options=options,
+                         capabilities=capabilities, options_factory=options_factory)

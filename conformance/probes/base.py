@@ -1,0 +1,94 @@
+"""Event lists and the combination of several probes into one (the conformance.probe protocol)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.probe import Event
+
+
+class RecordingProbe:
+    """A probe that keeps its events in a list; subclasses call ``record`` and may override ``flush``."""
+
+    observes: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+
+    def record(self, kind: str, **fields: Any) -> Event:
+        """Append one event of ``kind``."""
+        event = {"kind": kind, **fields}
+        self._events.append(event)
+        return event
+
+    def flush(self) -> None:
+        """Bring lazily gathered events up to date (a no-op unless a subclass gathers lazily)."""
+
+    def events(self, kind: str | None = None, since: int = 0) -> list[Event]:
+        """Events recorded on this rank (of one kind, from index ``since``)."""
+        self.flush()
+        return [e for e in self._events[since:] if kind is None or e["kind"] == kind]
+
+    def mark(self) -> int:
+        """An index to pass as ``since`` to see only later events."""
+        self.flush()
+        return len(self._events)
+
+    def control_missing(self, kind: str) -> str | None:
+        """None when this run showed the probe seeing ``kind`` at all, else what it did not see."""
+        if kind not in self.observes:
+            return f"{type(self).__name__} does not observe {kind} events"
+        return None if any(e["kind"] == kind for e in self.events(kind)) else \
+            f"{type(self).__name__} has seen no {kind} event in this run (no positive control)"
+
+    def close(self) -> None:
+        """Undo whatever the probe installed in the process."""
+
+
+class CombinedProbe:
+    """Several probes as one: for each kind, the first part that observes it answers.
+
+    ``mark()`` returns an index into a table of the parts' own marks, so ``since`` works as
+    the protocol says whichever part answers.
+    """
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = [p for p in parts if p is not None]
+        self.observes = frozenset().union(*(p.observes for p in self.parts))
+        self._marks: list[tuple[int, ...]] = [tuple(0 for _ in self.parts)]
+
+    def _part(self, kind: str) -> tuple[int, Any] | None:
+        return next(((i, p) for i, p in enumerate(self.parts) if kind in p.observes), None)
+
+    def events(self, kind: str | None = None, since: int = 0) -> list[Event]:
+        """Events of ``kind`` from the part that observes it (every part's when ``kind`` is None)."""
+        marks = self._marks[since]
+        if kind is None:
+            return [e for i, p in enumerate(self.parts) for e in p.events(None, marks[i])]
+        found = self._part(kind)
+        return [] if found is None else found[1].events(kind, marks[found[0]])
+
+    def mark(self) -> int:
+        """An index to pass as ``since``."""
+        self._marks.append(tuple(p.mark() for p in self.parts))
+        return len(self._marks) - 1
+
+    def control_missing(self, kind: str) -> str | None:
+        """The answering part's positive control (parts without one are trusted to have seen it)."""
+        found = self._part(kind)
+        if found is None:
+            return f"no part of the probe observes {kind} events"
+        check = getattr(found[1], "control_missing", None)
+        return check(kind) if check is not None else None
+
+    def close(self) -> None:
+        """Close every part that can be closed."""
+        for part in self.parts:
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
+
+
+def combine(*parts: Any) -> CombinedProbe:
+    """A CombinedProbe of ``parts`` (None entries are dropped); earlier parts win a kind."""
+    return CombinedProbe(list(parts))

@@ -1,0 +1,168 @@
+"""Launches seen from outside the backend: one ``launch`` event per front-end call into it.
+
+Two sources, both installed by ``LaunchProbe.install()`` and removed by ``close()``:
+
+1. torch's dispatcher. Every collective and P2P call on a C++ process group reaches the
+   backend through a ``c10d::`` dispatcher op (``c10d::allreduce_``,
+   ``c10d::allreduce_coalesced_``, ``c10d::send``, ``c10d::recv_any_source_``, ...). A
+   ``TorchDispatchMode`` pushed on this thread sees each one with its arguments: the tensor
+   list (so the number of ops in a coalesced launch), the process group and the device.
+2. The backend's Python class. A backend written in Python as a ``ProcessGroup`` subclass
+   (toyccl, the simulator) is called directly by torch's front end: no dispatcher op is
+   issued. ``watch_class(cls)`` wraps the collective and P2P methods the class defines in
+   Python; only the outermost call counts (a method calling another is one launch).
+
+Measured (torch 2.13 CPU and 2.15; world of 2 and 4 ranks):
+- gloo: one event per all_reduce, one ``allreduce_coalesced`` with N tensors for a
+  ``_coalescing_manager`` block of N all_reduce, separate ``send`` and ``recv`` for a
+  ``batch_isend_irecv`` (gloo does not coalesce P2P), ``recv`` for a recv from any source.
+- toyccl and the simulator: nothing from the dispatcher; every call from the class wrapper.
+- torch.profiler was measured too: it sees the same ``c10d::`` ops on gloo and nothing on
+  Python backends, but ``record_shapes`` leaves tensor lists empty, so a coalesced launch's op
+  count is lost; it is not used. ProcessGroup pre/post hooks (``register_pre_hook``, torch
+  2.14+) see the same calls as the dispatcher on gloo (op name and input tensors) and
+  nothing on Python backends; on 2.13 they do not exist, so the dispatcher is used on all.
+
+Cannot see: calls made on other threads (the dispatch mode is thread-local), the backend's
+internal kernels or streams (``stream`` is None), which communicator ran a launch beyond the
+group's name (``comm`` is the group name), ops a C++ backend runs without being called.
+Positive control: a launch from the check's own traffic; ``control_missing("launch")`` says
+when none has been seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from conformance.probes.base import RecordingProbe
+
+# Methods torch's front end calls on a Python ProcessGroup subclass, and the op each is.
+PY_METHODS: dict[str, str] = {
+    "allreduce": "allreduce", "allreduce_coalesced": "allreduce", "allgather": "allgather",
+    "all_gather_single": "allgather", "all_gather_single_coalesced": "allgather",
+    "_allgather_base": "allgather", "allgather_into_tensor_coalesced": "allgather",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_single": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_single_coalesced": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter", "broadcast": "broadcast", "reduce": "reduce",
+    "barrier": "barrier", "alltoall_base": "alltoall", "all_to_all_single": "alltoall", "send": "send",
+    "recv": "recv", "recv_anysource": "recv",
+}
+
+
+def op_name(dispatcher_op: str) -> str:
+    """``c10d.allreduce_coalesced_.default`` -> ``allreduce``; ``c10d.recv_any_source_`` -> ``recv``."""
+    name = dispatcher_op.split(".")[1].strip("_")
+    for suffix in ("_coalesced", "_any_source", "_base", "_into_tensor"):
+        name = name.replace(suffix, "")
+    return {"_allgather": "allgather", "allgather": "allgather"}.get(name, name)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _count(value: Any) -> int:
+    """Ops in one launch: the length of its first (tensor-list) argument, 1 for a single tensor."""
+    return len(value) if isinstance(value, (list, tuple)) else 1
+
+
+def _group(value: Any) -> dist.ProcessGroup | None:
+    try:
+        return dist.ProcessGroup.unbox(value)
+    except Exception:  # noqa: BLE001 - not a boxed process group
+        return None
+
+
+class _Dispatch(TorchDispatchMode):
+    def __init__(self, seen: Callable[[str, tuple, dict], None]) -> None:
+        super().__init__()
+        self._seen = seen
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if getattr(func, "namespace", "") == "c10d":
+            self._seen(str(func), args, kwargs or {})
+        return func(*args, **(kwargs or {}))
+
+
+class LaunchProbe(RecordingProbe):
+    """``launch`` events from the dispatcher (C++ backends) and from wrapped Python backend classes."""
+
+    observes = frozenset({"launch"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._mode: _Dispatch | None = None
+        self._wrapped: list[tuple[type, str, Any]] = []
+        self._depth = threading.local()
+
+    def install(self) -> LaunchProbe:
+        """Start watching the dispatcher on this thread."""
+        if self._mode is None:
+            self._mode = _Dispatch(self._from_dispatcher)
+            self._mode.__enter__()
+        return self
+
+    def _from_dispatcher(self, func: str, args: tuple, kwargs: dict) -> None:
+        groups = [g for g in map(_group, args) if g is not None]
+        if groups and type(groups[0]).__module__.split(".")[0] != "torch":
+            return  # a Python backend: its class wrapper records the call
+        tensors = _tensors(args[0]) if args else []
+        self.record("launch", comm=groups[0].group_name if groups else None, op=op_name(func),
+                    ops=_count(args[0]) if args else 0, stream=None,
+                    device=tensors[0].device.type if tensors else None, backend=None,
+                    coalesced="coalesced" in func, source="dispatcher")
+
+    def watch_class(self, cls: type) -> None:
+        """Wrap the collective and P2P methods ``cls`` (a Python ProcessGroup subclass) defines in Python."""
+        if cls.__module__.split(".")[0] == "torch" or any(c is cls for c, _, _ in self._wrapped):
+            return
+        for klass in cls.__mro__:
+            if klass.__module__.split(".")[0] in ("torch", "builtins", "pybind11_builtins"):
+                break
+            for name in PY_METHODS:
+                if name in vars(klass) and not any(c is cls and n == name for c, n, _ in self._wrapped):
+                    self._wrapped.append((cls, name, cls.__dict__.get(name)))
+                    setattr(cls, name, self._wrap(getattr(cls, name), name))
+
+    def _wrap(self, method: Any, name: str) -> Any:
+        probe = self
+
+        @functools.wraps(method)
+        def launch(pg: Any, *args: Any, **kwargs: Any) -> Any:
+            depth = getattr(probe._depth, "n", 0)
+            if depth == 0:
+                tensors = _tensors(args[0]) if args else []
+                probe.record("launch", comm=getattr(pg, "group_name", None) or None, op=PY_METHODS[name],
+                             ops=_count(args[0]) if args else 0, stream=None,
+                             device=tensors[0].device.type if tensors else None, backend=pg.getBackendName(),
+                             coalesced="coalesc" in name, source="class")
+            probe._depth.n = depth + 1
+            try:
+                return method(pg, *args, **kwargs)
+            finally:
+                probe._depth.n = depth
+
+        return launch
+
+    def close(self) -> None:
+        """Pop the dispatch mode and restore every wrapped method."""
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+        for cls, name, original in reversed(self._wrapped):
+            if original is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, original)
+        self._wrapped.clear()

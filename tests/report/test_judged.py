@@ -1,0 +1,66 @@
+"""summary.judged: which backend MUSTs reached a verdict; the unjudged ones lead the Markdown."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conformance.report import Result, build_report, render_markdown
+from conformance.report import build as build_module
+from conformance.report.build import judged_musts
+from conformance.spec import load_catalog
+
+ENV = {"python": "3.11.7", "torch": "2.13.0", "torchcomms": None, "nccl": None, "suite": "0.1.0", "spec": "1",
+       "host": "test"}
+
+
+def res(rid: str, outcome: str, ws: int = 2, level: str = "MUST", **kw) -> Result:
+    return Result(requirement=rid, area="split", level=level, world_size=ws, outcome=outcome,
+                  detail=kw.pop("detail", ""), duration_s=0.1, **kw)
+
+
+RESULTS = [
+    res("SPLIT-MEMBERSHIP", "pass"), res("SPLIT-MEMBERSHIP", "pass", ws=4),
+    res("SPLIT-DERIVED-GROUPS", "skip", detail="world sizes 4, 8 only"), res("SPLIT-DERIVED-GROUPS", "fail", ws=4),
+    res("SPLIT-LINEAGE", "skip", detail="target t lacks capability split, device_binding"),
+    res("P2P-LAZY-PAIR-COMM", "not-observable", detail="target t cannot observe observe:comms"),
+    res("P2P-MISMATCH", "waived", waiver={"requirement": "P2P-MISMATCH", "expected": "fail", "observed": "fail",
+                                          "reason": "r", "issue": "i"}),
+    res("HINT-INIT-OPTIONS", "waived", waiver={"requirement": "HINT-INIT-OPTIONS", "expected": "not-observable",
+                                               "observed": "not-observable", "reason": "r", "issue": "i"}),
+    res("COAL-MIXED-REDUCEOPS", "pass", level="SHOULD"),
+]
+
+
+def test_counts_only_musts_with_a_verdict_and_names_what_the_others_lacked():
+    judged = judged_musts(RESULTS, capabilities={"split", "custom_backend", "options"})
+    assert judged["backend_musts"] == 6
+    # a fail at one size is a verdict; a waived fail is one; a waived not-observable is not
+    assert judged["judged_requirements"] == ["P2P-MISMATCH", "SPLIT-DERIVED-GROUPS", "SPLIT-MEMBERSHIP"]
+    unjudged = {u["requirement"]: u["missing"] for u in judged["unjudged"]}
+    assert unjudged == {"SPLIT-LINEAGE": ["device_binding", "observe:comms"],
+                        "P2P-LAZY-PAIR-COMM": ["observe:comms"], "HINT-INIT-OPTIONS": ["observe:config"]}
+
+
+def test_frontend_requirements_count_neither_in_judged_nor_in_the_verdict(monkeypatch):
+    catalog = [dataclasses.replace(r, kind="frontend") if r.id == "SPLIT-DERIVED-GROUPS" else r
+               for r in load_catalog()]
+    monkeypatch.setattr(build_module, "load_catalog", lambda: catalog)
+    judged = judged_musts(RESULTS)
+    assert "SPLIT-DERIVED-GROUPS" not in judged["judged_requirements"] and judged["backend_musts"] == 5
+    # its fail is torch's front end, not the backend: the verdict does not turn non-conformant on it
+    assert build_report("t", RESULTS, ENV)["verdict"] == "conformant-with-waivers"
+
+
+def test_report_summary_and_markdown_lead_with_the_unjudged():
+    report = build_report("t", RESULTS, ENV, capabilities={"split"})  # validates against the schema
+    text = render_markdown(report)
+    assert "**Judged 3 of 6 backend MUST requirements.**" in text
+    head = text.split("## Environment")[0]
+    assert "## MUST requirements not judged" in head and "`SPLIT-LINEAGE`" in head and "device_binding" in head
+
+
+@pytest.mark.parametrize("outcome", ["pass", "fail", "error"])
+def test_every_verdict_counts_as_judged(outcome):
+    assert judged_musts([res("SPLIT-MEMBERSHIP", outcome)])["judged"] == 1
