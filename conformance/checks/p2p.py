@@ -176,6 +176,10 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
 def mismatch(ctx: CheckContext) -> None:
     """Size or dtype mismatch between send and recv: an error, never silent data."""
     ctx.init_world(default_mode(ctx))
+    needles = {  # the refusal (or the timeout the requirement admits) must name both sides of the mismatch
+        "size": (("4",), ("8",)),
+        "dtype": (("float32", "Float"), ("float64", "Double")),
+    }
     for what, send_t, recv_t in (
         ("size", torch.ones(4), torch.zeros(8)),
         ("dtype", torch.ones(4), torch.zeros(4, dtype=torch.float64)),
@@ -187,7 +191,8 @@ def mismatch(ctx: CheckContext) -> None:
                 ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
         elif ctx.rank == 1:
             expect_raises(ctx, f"recv with a {what} mismatch against rank 0's send",
-                          lambda t=recv_t: dist.irecv(t.to(ctx.device), 0).wait())
+                          lambda t=recv_t: dist.irecv(t.to(ctx.device), 0).wait(), contains=needles[what],
+                          timeout_ok=True)
 
 
 @check("P2P-BAD-INPUT")
@@ -196,14 +201,16 @@ def bad_input(ctx: CheckContext) -> None:
     ctx.init_world(default_mode(ctx))
     n, r = ctx.world_size, ctx.rank
     t = torch.ones(2, device=ctx.device)
-    expect_raises(ctx, "send to self", lambda: dist.send(t, r))
-    expect_raises(ctx, "send to a peer outside the group", lambda: dist.send(t, n + 3))
-    expect_raises(ctx, "batch_isend_irecv of an empty list", lambda: dist.batch_isend_irecv([]))
+    expect_raises(ctx, "send to self", lambda: dist.send(t, r), contains=(("same as the rank", f"rank {r}"),))
+    expect_raises(ctx, "send to a peer outside the group", lambda: dist.send(t, n + 3), contains=(str(n + 3),))
+    expect_raises(ctx, "batch_isend_irecv of an empty list", lambda: dist.batch_isend_irecv([]),
+                  contains=(("empty", "p2p_op_list", "list index"),))
     sub = dist.new_group(list(range(n)))
     expect_raises(ctx, "batch with ops on two groups", lambda: dist.batch_isend_irecv([
         dist.P2POp(dist.isend, t, (r + 1) % n), dist.P2POp(dist.irecv, t, (r - 1) % n, group=sub)]),
         contains=("same group",))
-    expect_raises(ctx, "P2POp built with all_reduce", lambda: dist.P2POp(dist.all_reduce, t, (r + 1) % n))
+    expect_raises(ctx, "P2POp built with all_reduce", lambda: dist.P2POp(dist.all_reduce, t, (r + 1) % n),
+                  contains=(("isend", "irecv", "op"),))
     dist.barrier()
 
 

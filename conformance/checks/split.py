@@ -98,17 +98,17 @@ def validation(ctx: CheckContext) -> None:
     """Bad split lists are refused on every rank; the world stays usable."""
     ctx.init_world("eager")
     n = ctx.world_size
-    cases = {
-        "empty split list": [],
-        "an empty group": [[]],
-        "duplicate ranks": [[0, 0]],
-        "a group larger than the world": [list(range(n + 1))],
-        "an out-of-range rank": [[0, n]],
-        "a negative rank": [[0, -1]],
+    cases = {  # what the refusal must name: the offending value (or, for an empty list, that it is empty)
+        "empty split list": ([], ("empty",)),
+        "an empty group": ([[]], ("empty",)),
+        "duplicate ranks": ([[0, 0]], (("duplicate", "twice", "more than once", "[0, 0]"),)),
+        "a group larger than the world": ([list(range(n + 1))], ((str(n), "world_size"),)),
+        "an out-of-range rank": ([[0, n]], (str(n),)),
+        "a negative rank": ([[0, -1]], ("-1",)),
     }
-    for what, split in cases.items():
+    for what, (split, needles) in cases.items():
         expect_raises(ctx, f"split_group with {what} {split}", lambda s=split: dist.split_group(split_ranks=s),
-                      (ValueError,))
+                      (ValueError,), needles)
     expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after refused splits")
 
 
