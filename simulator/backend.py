@@ -151,7 +151,10 @@ class SimProcessGroup(dist.ProcessGroup):
         comm_id = self._comm_base()
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
-        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device)
+        config = None
+        if mode == "lazy" and not self._is_world and defects.active("lazy_comm_default_config"):
+            config = effective_config(SimOptions(), comm_name=comm_id)
+        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device, config=config)
 
     def _new_comm(self, comm_id: str, members: list[int], mode: str, *, parent: str | None = None,
                   device: str | None = None, config: dict[str, Any] | None = None,
@@ -367,6 +370,9 @@ class SimProcessGroup(dist.ProcessGroup):
     def _warn_lazy_p2p(self) -> None:
         if defects.active("p2p_warn_missing"):
             return
+        if defects.active("p2p_warn_once_per_process"):
+            if any(e["message"] == LAZY_P2P_WARNING for e in LOG.events("warning")):
+                return
         if not self._warned or defects.active("p2p_warn_repeated"):
             self._warned = True
             LOG.warn(LAZY_P2P_WARNING)

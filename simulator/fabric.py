@@ -488,7 +488,9 @@ class Fabric:
         """Receive the oldest message with `tag` from `src` (any member if None); return its local src."""
         if self._closed:
             raise SimError(f"{self._where()}: recv on rank {self._g(self.me)} after close()")
-        srcs = list(range(self.n)) if src is None or defects.active("p2p_recv_ignores_source") else [src]
+        if defects.active("p2p_recv_ignores_source"):
+            src = None
+        srcs = list(range(self.n)) if src is None else [src]
         deadline = time.monotonic() + self.timeout_s
         delay = 5e-5
         while True:

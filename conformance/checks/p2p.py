@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import default_mode, expect_raises, new_comms, ranked_tensor, require_fields
+from conformance.checks import reference as ref
+from conformance.checks.common import (
+    Findings,
+    default_mode,
+    expect_raises,
+    new_comms,
+    positive_control,
+    ranked_tensor,
+    require_fields,
+    world_comm,
+)
 from conformance.checks.registry import CheckContext, check
 
 
-def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int) -> None:
+def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int,
+              group: dist.ProcessGroup | None = None) -> None:
     """For each (src, dst) pair, src sends a tensor naming itself; dst checks what arrived."""
     works, inbox = [], []
     for src, dst in pairs:
         if src == ctx.rank:
-            works.append(dist.isend(ranked_tensor(ctx, salt=salt), dst))
+            works.append(dist.isend(ranked_tensor(ctx, salt=salt), dst, group=group))
         if dst == ctx.rank:
             buf = torch.zeros(8, device=ctx.device)
-            works.append(dist.irecv(buf, src))
+            works.append(dist.irecv(buf, src, group=group))
             inbox.append((src, buf))
     for work in works:
         work.wait()
@@ -67,10 +79,16 @@ def eager_reuse(ctx: CheckContext) -> None:
     _exchange(ctx, ring(ctx.world_size), salt=2)
     one_f_one_b(ctx)
     created = new_comms(ctx, since)
+    launches = [e for e in ctx.probe.events("launch", since) if e["op"] in ("send", "recv")]
+    # positive controls: the probe saw the world communicator's creation and the P2P launches themselves
+    world = world_comm(ctx)
+    positive_control(ctx, bool(launches), "the P2P launches of this schedule")
     ctx.expect(not created, "communicators created by P2P under eager init", "none",
                [(e["comm"], e["members"], e["mode"]) for e in created])
-    launches = [e for e in ctx.probe.events("launch", since) if e["op"] in ("send", "recv")]
-    ctx.expect(bool(launches), "P2P launches seen by the probe", "some", len(launches))
+    require_fields(ctx, launches, "comm")
+    elsewhere = sorted({e["comm"] for e in launches} - {world["comm"]})
+    ctx.expect(not elsewhere, f"communicators carrying P2P under eager init (the world's is {world['comm']})",
+               "the world communicator only", elsewhere)
 
 
 @check("P2P-LAZY-PAIR-COMM")
@@ -93,18 +111,24 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ctx.expect(not many, "communicators per unordered pair", 1, many)
 
 
+def _binding_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "device" in str(w.message).lower()
+            and ("bind" in str(w.message).lower() or "device_id" in str(w.message))]
+
+
 @check("P2P-LAZY-WARN-ONCE")
 def lazy_warn_once(ctx: CheckContext) -> None:
-    """Lazy init: exactly one warning recommending a device binding."""
+    """Lazy init: exactly one warning recommending a device binding per group (the world, then a new_group)."""
     ctx.init_world("lazy")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for salt in range(3):
-            _exchange(ctx, all_pairs(ctx.world_size), salt=salt)
-    about = [str(w.message) for w in caught if "device" in str(w.message).lower()
-             and ("bind" in str(w.message).lower() or "device_id" in str(w.message))]
-    ctx.expect_equal(f"warnings recommending a device binding over 3 rounds of P2P with {ctx.world_size - 1} peers",
-                     1, len(about))
+    ranks = list(range(ctx.world_size))
+    group = dist.new_group(ranks)
+    for what, pg in (("the world", None), ("a new_group of every rank", group)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for salt in range(3):
+                _exchange(ctx, all_pairs(ctx.world_size), salt=salt, group=pg)
+        ctx.expect_equal(f"{what}: warnings recommending a device binding over 3 rounds of P2P with "
+                         f"{ctx.world_size - 1} peers", 1, len(_binding_warnings(caught)))
 
 
 @check("P2P-DATA")
@@ -228,3 +252,28 @@ def serialization(ctx: CheckContext) -> None:
     ctx.expect_equal("communicators carrying unbatched P2P under eager init", 1, len(comms))
     ctx.note(f"P2P to {ctx.world_size - 1} peers ran on one communicator over {len(streams)} streams; "
              "NCCL serializes ops on one communicator even across streams")
+
+
+@check("P2P-NAMED-SENDERS")
+def named_senders(ctx: CheckContext) -> None:
+    """One rank receives from several named senders, several messages each, asking in the opposite order
+    to the one the messages arrive in: recv(src=s) gets s's messages, in the order s sent them."""
+    ctx.init_world(default_mode(ctx))
+    n, r, per_sender = ctx.world_size, ctx.rank, 3
+    found = Findings(ctx)
+    for dtype in (torch.float32, torch.int64):
+        if r == 0:
+            for src in range(1, n):  # the lowest sender sends last, yet is asked first
+                for k in range(per_sender):
+                    buf = torch.zeros(4, dtype=dtype, device=ctx.device)
+                    dist.recv(buf, src)
+                    want = ref.values(src, 4, dtype, salt=k)
+                    bad = ref.mismatch(buf, want, dtype)
+                    found.case(ctx.expect, bad is None, f"message {k} of {per_sender} received with recv(src={src}) "
+                               f"({ref.dtype_name(dtype)})", f"rank {src}'s message {k}", bad)
+        else:
+            time.sleep(0.05 * (n - 1 - r))  # the highest rank sends first
+            for k in range(per_sender):
+                dist.send(ref.tensor(ref.values(r, 4, dtype, salt=k), dtype, ctx.device), 0)
+        dist.barrier()
+    found.conclude()
