@@ -370,9 +370,9 @@ class SimProcessGroup(dist.ProcessGroup):
     def _warn_lazy_p2p(self) -> None:
         if defects.active("p2p_warn_missing"):
             return
-        if defects.active("p2p_warn_once_per_process"):
-            if any(e["message"] == LAZY_P2P_WARNING for e in LOG.events("warning")):
-                return
+        if defects.active("p2p_warn_once_per_process") and any(
+                e["message"] == LAZY_P2P_WARNING for e in LOG.events("warning")):
+            return
         if not self._warned or defects.active("p2p_warn_repeated"):
             self._warned = True
             LOG.warn(LAZY_P2P_WARNING)
