@@ -229,6 +229,8 @@ class SimProcessGroup(dist.ProcessGroup):
         options = self._child_options(opts)
         config = self._child_config(options, opts)
         members = sorted(self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks)
+        if defects.active("split_ranks_as_global"):
+            members = sorted(ranks)
         comm = self.split_comm(members if member else None, config)
         if comm is None:
             return None
