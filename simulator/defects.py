@@ -47,6 +47,7 @@ DEFECTS: dict[str, str] = {
     "p2p_pair_comm_unlogged": "eager P2P runs over 2-rank pair communicators whose creation is never recorded",
     "split_refusal_anonymous": "split_group refuses ranks outside the parent naming neither the rank nor the size",
     "newgroup_options_aliased": "a group keeps a reference to the caller's options and reads them live",
+    "p2p_peer_unchecked": "send/recv do not check the peer; a peer outside the group fails with a bare IndexError",
     "split_ranks_as_global": "split_group of a subgroup reads the split's group ranks as global ranks",
     "p2p_warn_once_per_process": "the lazy-P2P warning is issued once per process, not once per group",
     "lazy_comm_default_config": "a subgroup's communicator created lazily, at first use, gets the default config",
