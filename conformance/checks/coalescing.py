@@ -245,9 +245,9 @@ def recovery(ctx: CheckContext) -> None:
     with dist._coalescing_manager():
         pass
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "after an empty block")
-    t = ranked_tensor(ctx)
-    want = t.clone()
-    dist.all_reduce(want)
+    n = ctx.world_size
+    t = ref.tensor(ref.values(ctx.rank, 8, torch.float32, salt=3), torch.float32, ctx.device)
+    want = ref.combine([ref.values(r, 8, torch.float32, salt=3) for r in range(n)], "SUM", torch.float32)
     try:
         with dist._coalescing_manager(), dist._coalescing_manager():
             dist.all_reduce(t)
@@ -257,7 +257,8 @@ def recovery(ctx: CheckContext) -> None:
         raise CheckFailed(f"rank {ctx.rank}: nested _coalescing_manager blocks: expected a result or a "
                           f"clear refusal, observed {type(exc).__name__}: {exc}") from None
     else:
-        ctx.expect(torch.equal(want, t), "all_reduce inside nested blocks", want[:4].tolist(), t[:4].tolist())
+        bad = ref.mismatch(t, want, torch.float32)
+        ctx.expect(bad is None, "all_reduce inside nested blocks", "the exact sum of every rank's input", bad)
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "after nested blocks")
 
 
