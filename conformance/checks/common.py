@@ -86,12 +86,12 @@ def _names(text: str, needle: Needle) -> bool:
 
 
 def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseException], ...] = (Exception,),
-                  contains: tuple[Needle, ...] = (), timeout_ok: bool = False) -> BaseException:
+                  contains: tuple[Needle, ...] = (), timeout_contains: tuple[Needle, ...] = ()) -> BaseException:
     """``fn()`` must raise one of ``kinds`` whose message names every entry of ``contains``.
 
     A refusal check always says what the message must name: ``contains`` may not be empty. An error that
-    reads as a timeout is not a refusal unless the requirement admits one (``timeout_ok``), and then it
-    must still name what ``contains`` asks (the pair, the key).
+    reads as a timeout is not a refusal unless the requirement admits one: then ``timeout_contains`` says what
+    the timeout must name instead (the pair, the key).
     """
     if not contains:
         raise TypeError(f"expect_raises({what!r}): a refusal check must name what the error must contain")
@@ -99,11 +99,11 @@ def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseE
         fn()
     except kinds as exc:
         text = f"{type(exc).__name__}: {exc}"
-        if not timeout_ok and (isinstance(exc, TimeoutError)
-                               or any(w in text.lower() for w in TIMEOUT_WORDS)):
+        timed_out = isinstance(exc, TimeoutError) or any(w in text.lower() for w in TIMEOUT_WORDS)
+        if timed_out and not timeout_contains:
             raise CheckFailed(f"rank {ctx.rank}: {what}: expected a refusal naming {list(contains)}, observed a "
                               f"timeout: {text}") from None
-        missing = [c for c in contains if not _names(text, c)]
+        missing = [c for c in (timeout_contains if timed_out else contains) if not _names(text, c)]
         if missing:
             raise CheckFailed(f"rank {ctx.rank}: {what}: error does not name {missing}: {text}") from None
         return exc

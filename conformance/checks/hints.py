@@ -7,7 +7,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from conformance.checks.common import expect_allreduce_members, expect_raises
+from conformance.checks.common import expect_allreduce_members, expect_raises, positive_control
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.torchcomms_hints import HINT_KEYS
@@ -93,8 +93,11 @@ def split_inherit_copy(ctx: CheckContext) -> None:
     try:
         ctx.target.mutate_options(child, max_ctas=OPTIONS["max_ctas"] + 1, net_name="changed-by-child")
         parent = ctx.target.options_fields(world)
+        mutated = ctx.target.options_fields(child)
     except NotImplementedError as exc:
         raise NotObservable(str(exc)) from None
+    positive_control(ctx, mutated.get("net_name") == "changed-by-child",
+                     "the change made to the child's options object in the child's own options")
     changed = {k: parent.get(k) for k in ("max_ctas", "net_name") if parent.get(k) != OPTIONS[k]}
     ctx.expect(not changed, "parent's options after the child's options object was changed", "unchanged", changed)
 
