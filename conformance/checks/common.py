@@ -166,21 +166,39 @@ def positive_control(ctx: CheckContext, seen: bool, what: str) -> None:
 
 class Findings:
     """Failures of the cases of one sweep, collected so that every rank runs every case in lockstep
-    (a rank that stopped at its first mismatch would leave its peers waiting in the next collective)."""
+    (a rank that stopped at its first mismatch would leave its peers waiting in the next collective).
+
+    A case that raises (the backend erred, rather than gave a wrong value) stops the sweep: the ranks may no
+    longer agree on what comes next. ``conclude`` then re-raises it, or fails naming it after the mismatches.
+    """
 
     def __init__(self, ctx: CheckContext) -> None:
         self.ctx = ctx
         self.failures: list[str] = []
+        self.raised: Exception | None = None
 
     def case(self, fn: Any, *args: Any, **kwargs: Any) -> None:
-        """Run one case; a CheckFailed is recorded and the sweep goes on."""
+        """Run one case (unless an earlier one raised); a CheckFailed is recorded and the sweep goes on."""
+        if self.raised is not None:
+            return
         try:
             fn(*args, **kwargs)
         except CheckFailed as exc:
             self.failures.append(str(exc))
+        except Exception as exc:  # noqa: BLE001 - kept, and re-raised or reported by conclude()
+            self.raised = exc
+
+    def checkpoint(self) -> None:
+        """Conclude now if a case raised: the code that follows issues collectives outside any case."""
+        if self.raised is not None:
+            self.conclude()
 
     def conclude(self) -> None:
-        """Fail naming the first failed cases (and how many there were), if any failed."""
+        """Fail naming the first failed cases (and how many there were); re-raise a case's error."""
+        if self.raised is not None and not self.failures:
+            raise self.raised
         if self.failures:
             shown = " | ".join(self.failures[:3])
-            raise CheckFailed(f"{len(self.failures)} case(s) failed: {shown}")
+            then = "" if self.raised is None else (f"; then rank {self.ctx.rank}'s sweep stopped at "
+                                                  f"{type(self.raised).__name__}: {self.raised}")
+            raise CheckFailed(f"{len(self.failures)} case(s) failed: {shown}{then}")

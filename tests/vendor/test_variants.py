@@ -52,6 +52,7 @@ def test_every_variant_has_a_symptom() -> None:
 def test_variant_fails_its_requirement_and_plain_toyccl_does_not(pools: PoolSet, name: str) -> None:
     _, bug, requirement = VARIANTS[name]
     outcome, detail = _result(pools, name, "toyccl_flawed.variants", requirement)
-    assert outcome == "fail" and SYMPTOM[name] in detail, f"{name} ({bug}): {outcome}: {detail}"
+    # "error" too: plain toyccl has no reduce, so COLL-ROOTED's sweep stops there (after the broadcasts)
+    assert outcome in ("fail", "error") and SYMPTOM[name] in detail, f"{name} ({bug}): {outcome}: {detail}"
     outcome, detail = _result(pools, "toyccl", "toyccl", requirement)
     assert SYMPTOM[name] not in detail, f"plain toyccl on {requirement}: {outcome}: {detail}"
