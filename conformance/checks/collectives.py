@@ -72,7 +72,8 @@ def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: s
         target = backing[:, 0]
     else:
         target = mine
-    ran = _run_case(ctx, what, _required(op, dtype) and not view, _refusal_names(op, dtype, "contiguous"),
+    names = _refusal_names(op, dtype, *(("contiguous",) if view else ()))
+    ran = _run_case(ctx, what, _required(op, dtype) and not view, names,
                     lambda: dist.all_reduce(target, op=ref.REDUCE_OPS[op], group=group))
     if not ran:
         return
