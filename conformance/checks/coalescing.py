@@ -28,32 +28,6 @@ BLOCKS = (("all_reduce", "SUM"), ("all_reduce", "AVG"), ("all_reduce", "MIN"), (
           ("all_gather_into_tensor", None), ("reduce_scatter_tensor", "SUM"), ("reduce_scatter_tensor", "MAX"))
 
 
-def _inputs(ctx: CheckContext, salt: int) -> list[torch.Tensor]:
-    return [ranked_tensor(ctx, n=4 * ctx.world_size * (i + 1), salt=salt + i) for i in range(N_OPS)]
-
-
-def _run(ctx: CheckContext, kind: str, inputs: list[torch.Tensor], coalesced: bool) -> list[torch.Tensor]:
-    """Run N ops of ``kind`` separately or in one _coalescing_manager block; return the outputs."""
-    n = ctx.world_size
-    if kind == "all_reduce":
-        outs = [t.clone() for t in inputs]
-        calls: list[Callable[[], object]] = [lambda o=o: dist.all_reduce(o) for o in outs]
-    elif kind == "all_gather_into_tensor":
-        outs = [torch.zeros(t.numel() * n, device=ctx.device) for t in inputs]
-        calls = [lambda o=o, t=t: dist.all_gather_into_tensor(o, t) for o, t in zip(outs, inputs)]
-    else:
-        outs = [torch.zeros(t.numel() // n, device=ctx.device) for t in inputs]
-        calls = [lambda o=o, t=t: dist.reduce_scatter_tensor(o, t) for o, t in zip(outs, inputs)]
-    if coalesced:
-        with dist._coalescing_manager():
-            for call in calls:
-                call()
-    else:
-        for call in calls:
-            call()
-    return outs
-
-
 @dataclass
 class Block:
     """One coalesced block of ``count`` ops of one kind, with every rank's known inputs and the exact outputs."""
@@ -145,7 +119,7 @@ def sync_one_launch(ctx: CheckContext) -> None:
     ctx.init_world(default_mode(ctx))
     dist.barrier()
     since = ctx.probe.mark()
-    _run(ctx, "all_reduce", _inputs(ctx, salt=1), coalesced=True)
+    run_block(make_block(ctx, "all_reduce", "SUM", N_OPS, (torch.float32,), salt=1))
     launches = ctx.probe.events("launch", since)
     ctx.expect_equal("launches for a block of 4 all_reduce", 1, len(launches))
     ctx.expect_equal("ops in that launch", N_OPS, launches[0].get("ops"))
