@@ -38,7 +38,8 @@ def reduce_op_name(op: Any) -> str:
     for name in REDUCE_OPS:
         if op == getattr(dist.ReduceOp, name):
             return name.lower()
-    raise ValueError(f"simulator: unsupported reduce op {op}")
+    known = next((n for n in ("BAND", "BOR", "BXOR", "PREMUL_SUM") if op == getattr(dist.ReduceOp, n, None)), op)
+    raise ValueError(f"simulator: unsupported reduce op {known} (supported: {', '.join(REDUCE_OPS)})")
 
 
 def _timeout_s(timeout: Any) -> float:
@@ -126,6 +127,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def effective_config(self) -> dict[str, Any]:
         """The config the group's communicator has (or will get at its lazy creation)."""
+        if defects.active("newgroup_options_aliased") and not self._is_world:
+            return effective_config(self._options, comm_name=self._name, warn=False)
         return self._comm.config if self._comm is not None else self._config
 
     @property
@@ -148,15 +151,19 @@ class SimProcessGroup(dist.ProcessGroup):
         comm_id = self._comm_base()
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
-        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device)
+        config = None
+        if mode == "lazy" and not self._is_world and defects.active("lazy_comm_default_config"):
+            config = effective_config(SimOptions(), comm_name=comm_id)
+        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device, config=config)
 
     def _new_comm(self, comm_id: str, members: list[int], mode: str, *, parent: str | None = None,
-                  device: str | None = None, config: dict[str, Any] | None = None) -> Communicator:
+                  device: str | None = None, config: dict[str, Any] | None = None,
+                  recorded: bool = True) -> Communicator:
         return Communicator(
             id=comm_id, members=members, rank=self.my_global_rank, mode=mode,
             config=self._config if config is None else config, store=self._comm_store,
             timeout_s=self._timeout_s, prefix=self._prefix, parent=parent, device=device,
-            root=self._root, namespace=self._namespace,
+            root=self._root, namespace=self._namespace, recorded=recorded,
         )
 
     def _main_comm(self) -> Communicator:
@@ -209,6 +216,8 @@ class SimProcessGroup(dist.ProcessGroup):
                     group_desc: str = "", device_types: Any = None) -> SimProcessGroup | None:
         """torch.distributed.split_group's backend half: every parent rank calls it."""
         bad = [r for r in ranks if not 0 <= r < self.size()]
+        if bad and defects.active("split_refusal_anonymous"):
+            raise ValueError("simulator: invalid split")
         if bad and not defects.active("split_out_of_range_hang"):
             raise ValueError(
                 f"rank {self.my_global_rank}: split_group: ranks {bad} are outside the parent group "
@@ -220,6 +229,8 @@ class SimProcessGroup(dist.ProcessGroup):
         options = self._child_options(opts)
         config = self._child_config(options, opts)
         members = sorted(self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks)
+        if defects.active("split_ranks_as_global"):
+            members = sorted(ranks)
         comm = self.split_comm(members if member else None, config)
         if comm is None:
             return None
@@ -268,6 +279,8 @@ class SimProcessGroup(dist.ProcessGroup):
         """One launch, one exchange for a whole coalesced block (``run(fabric, which_ops)``)."""
         if defects.active("coalesced_drops_tail"):
             count = min(count, 1)
+        if defects.active("coalesced_block_cap"):
+            count = min(count, 8)
         if defects.active("coalesced_per_op_launch"):
             works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1))) for i in range(count)]
             work = works[-1] if works else None
@@ -323,9 +336,18 @@ class SimProcessGroup(dist.ProcessGroup):
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any = None) -> SimWork:
+        """reduce_scatter of a list: output := op over ranks of their inputs[my group rank]."""
+        op = reduce_op_name(opts.reduceOp)
+        flat = torch.cat([t.reshape(-1) for t in inputs[0]]) if inputs[0] else outputs[0].new_empty(0)
+        out = outputs[0]
+        return self._launch("reduce_scatter", lambda f: f.reduce_scatter_tensor([out.view(-1)], [flat], op))
+
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Broadcast from opts.rootRank (group rank)."""
-        return self._launch("broadcast", lambda f: f.broadcast(tensors, opts.rootRank))
+        root = 0 if defects.active("broadcast_root_zero") else opts.rootRank
+        return self._launch("broadcast", lambda f: f.broadcast(tensors, root))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Reduce to opts.rootRank."""
@@ -334,6 +356,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> SimWork:
         """Barrier over the group communicator."""
+        if defects.active("barrier_no_wait"):
+            return self._launch("barrier", lambda f: None)
         return self._launch("barrier", lambda f: f.barrier())
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
@@ -348,6 +372,9 @@ class SimProcessGroup(dist.ProcessGroup):
     def _warn_lazy_p2p(self) -> None:
         if defects.active("p2p_warn_missing"):
             return
+        if defects.active("p2p_warn_once_per_process") and any(
+                e["message"] == LAZY_P2P_WARNING for e in LOG.events("warning")):
+            return
         if not self._warned or defects.active("p2p_warn_repeated"):
             self._warned = True
             LOG.warn(LAZY_P2P_WARNING)
@@ -356,7 +383,8 @@ class SimProcessGroup(dist.ProcessGroup):
         me, peer = self.my_global_rank, self._global_ranks[peer_group_rank]
         pair = (min(me, peer), max(me, peer))
         stream = f"p2p:{pair[0]}-{pair[1]}"
-        if self._comm is not None and not defects.active("p2p_pair_comm_eager"):
+        hidden = self._comm is not None and defects.active("p2p_pair_comm_unlogged")
+        if self._comm is not None and not defects.active("p2p_pair_comm_eager") and not hidden:
             return self._comm, self._comm.local(peer), stream
         if self._comm is None:
             self._warn_lazy_p2p()
@@ -367,12 +395,12 @@ class SimProcessGroup(dist.ProcessGroup):
             self._pair_comms[(pair[0], -self._pair_ops[pair])] = comm
         else:
             if pair not in self._pair_comms:
-                self._pair_comms[pair] = self._new_comm(base, list(pair), "p2p")
+                self._pair_comms[pair] = self._new_comm(base, list(pair), "p2p", recorded=not hidden)
             comm = self._pair_comms[pair]
         return comm, comm.local(peer), stream
 
     def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any]) -> SimWork | None:
-        if peer == self.rank() or not 0 <= peer < self.size():
+        if (peer == self.rank() or not 0 <= peer < self.size()) and not defects.active("p2p_peer_unchecked"):
             what = "destination" if op == "send" else "source"
             raise ValueError(f"rank {self.my_global_rank}: {op}: invalid {what} group rank {peer} "
                              f"(group of size {self.size()}, own rank {self.rank()})")

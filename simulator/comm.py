@@ -78,6 +78,7 @@ class Communicator:
     split_count: int = 0
     streams: dict[str, Stream] = field(default_factory=dict)
     fabric: Fabric | None = None
+    recorded: bool = True
 
     def __post_init__(self) -> None:
         self.fabric = Fabric(
@@ -90,6 +91,8 @@ class Communicator:
             root=self.root,
             prefixes=(self.namespace, f"comm/{self.id}/"),
         )
+        if not self.recorded:  # only the p2p_pair_comm_unlogged defect creates unrecorded communicators
+            return
         LOG.record(
             "comm_created",
             comm=self.id,

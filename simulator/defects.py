@@ -34,6 +34,23 @@ DEFECTS: dict[str, str] = {
     "p2p_anysource_wrong_rank": "recv(src=None) reports rank 0 as the source whoever sent",
     "p2p_mismatch_silent": "a recv whose size or dtype differs from the send returns as if it succeeded",
     "register_devices_none": "the simulator registers without devices, so torch claims cpu and cuda for it",
+    # Bugs every path of the backend shares (a check comparing the backend with itself cannot see them).
+    "avg_as_sum": "ReduceOp.AVG is computed as SUM (the division by the group size is missing)",
+    "minmax_swapped": "ReduceOp.MIN and ReduceOp.MAX are swapped in the reduction kernel",
+    "int_sum_via_float32": "integer SUM/AVG accumulate in float32, losing every bit above 2**24",
+    "reduce_scatter_wrong_shard": "reduce_scatter_tensor hands each rank the shard of the next rank",
+    "broadcast_root_zero": "broadcast copies from group rank 0 whatever the src",
+    "barrier_no_wait": "barrier returns at once, without waiting for the other ranks",
+    "alltoall_even_offsets": "all_to_all_single reads each sender's block at an offset that assumes equal splits",
+    "coalesced_block_cap": "a coalesced block runs at most 8 ops; the ops after the 8th are left untouched",
+    "p2p_recv_ignores_source": "recv(src=a) takes the oldest pending message from any sender, not from a",
+    "p2p_pair_comm_unlogged": "eager P2P runs over 2-rank pair communicators whose creation is never recorded",
+    "split_refusal_anonymous": "split_group refuses ranks outside the parent naming neither the rank nor the size",
+    "newgroup_options_aliased": "a group keeps a reference to the caller's options and reads them live",
+    "p2p_peer_unchecked": "send/recv do not check the peer; a peer outside the group fails with a bare IndexError",
+    "split_ranks_as_global": "split_group of a subgroup reads the split's group ranks as global ranks",
+    "p2p_warn_once_per_process": "the lazy-P2P warning is issued once per process, not once per group",
+    "lazy_comm_default_config": "a subgroup's communicator created lazily, at first use, gets the default config",
 }
 # Mixed reduce ops in one _coalescing_manager block are not plantable here: torch 2.13's front end
 # passes only the first op's reduce op to the backend, so no backend ever sees the mix.

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from simulator import connections, shm
+from simulator import connections, defects, shm
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.reduction import dtype_name, reduce_into, unsupported
 
@@ -399,9 +399,10 @@ class Fabric:
         pairs = ", ".join(f"{_tdesc(i)}->{_tdesc(o)}" for o, i in zip(outputs, inputs, strict=False))
         with self._coll_lock:
             o = self._begin("reduce_scatter_tensor", f"reduce_scatter_tensor({pairs}, {op})", err, inputs)
+            shard = (self.me + 1) % self.n if defects.active("reduce_scatter_wrong_shard") else self.me
             for k, (out, inp) in enumerate(zip(outputs, inputs, strict=True)):
                 m = out.numel()
-                srcs = [self._view(o, j, k, inp)[self.me * m:(self.me + 1) * m].view(out.shape)
+                srcs = [self._view(o, j, k, inp)[shard * m:(shard + 1) * m].view(out.shape)
                         for j in range(self.n)]
                 reduce_into(out, srcs, op)
 
@@ -448,8 +449,8 @@ class Fabric:
             full = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
             flat, pos = full.view(-1), 0
             for j in range(self.n):
-                first = sum(sends[j][:self.me])
                 count = sends[j][self.me]
+                first = self.me * count if defects.active("alltoall_even_offsets") else sum(sends[j][:self.me])
                 src = _typed(self._slot(o, j), 0, input.dtype, (first + count) * row)[first * row:]
                 flat[pos * row:(pos + count) * row].copy_(src)
                 pos += count
@@ -487,6 +488,8 @@ class Fabric:
         """Receive the oldest message with `tag` from `src` (any member if None); return its local src."""
         if self._closed:
             raise SimError(f"{self._where()}: recv on rank {self._g(self.me)} after close()")
+        if defects.active("p2p_recv_ignores_source"):
+            src = None
         srcs = list(range(self.n)) if src is None else [src]
         deadline = time.monotonic() + self.timeout_s
         delay = 5e-5

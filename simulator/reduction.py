@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from simulator import defects
+
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -43,10 +45,14 @@ def accum_dtype(dtype: torch.dtype, op: str) -> torch.dtype:
     """Return the dtype in which `op` accumulates contributions of `dtype`."""
     if op in ("sum", "avg", "product") and dtype in _LOW_PRECISION:
         return torch.float32
+    if op in ("sum", "avg") and dtype == torch.int64 and defects.active("int_sum_via_float32"):
+        return torch.float32
     return dtype
 
 
 def _binary(dtype: torch.dtype, op: str) -> Callable[..., Tensor]:
+    if op in ("min", "max") and defects.active("minmax_swapped"):
+        op = "max" if op == "min" else "min"
     return _BOOL_BINARY[op] if dtype == torch.bool else _BINARY[op]
 
 
@@ -84,7 +90,7 @@ def reduce_into(out: Tensor, srcs: Sequence[Tensor], op: str) -> None:
         fn(acc, srcs[1], out=acc)
     for src in srcs[2:]:
         fn(acc, src, out=acc)
-    if op == "avg":
+    if op == "avg" and not defects.active("avg_as_sum"):
         acc.div_(len(srcs))
     if acc is not out:
         out.copy_(acc)

@@ -4,54 +4,113 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import default_mode, expect_allreduce_members, expect_raises, ranked_tensor
+from conformance.checks import reference as ref
+from conformance.checks.common import (
+    Findings,
+    default_mode,
+    expect_allreduce_members,
+    expect_raises,
+    optional_case,
+    ranked_tensor,
+)
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 
 N_OPS = 4
+BLOCK_SIZES = (1, 2, 9, 64)
+BLOCKS = (("all_reduce", "SUM"), ("all_reduce", "AVG"), ("all_reduce", "MIN"), ("all_reduce", "MAX"),
+          ("all_gather_into_tensor", None), ("reduce_scatter_tensor", "SUM"), ("reduce_scatter_tensor", "MAX"))
 
 
-def _inputs(ctx: CheckContext, salt: int) -> list[torch.Tensor]:
-    return [ranked_tensor(ctx, n=4 * ctx.world_size * (i + 1), salt=salt + i) for i in range(N_OPS)]
+@dataclass
+class Block:
+    """One coalesced block of ``count`` ops of one kind, with every rank's known inputs and the exact outputs."""
+
+    kind: str
+    op: str | None
+    dtypes: tuple[torch.dtype, ...]
+    outs: list[torch.Tensor]
+    calls: list[Callable[[], object]]
+    want: list[list[Any]]
+
+    def what(self, i: int) -> str:
+        op = f" {self.op}" if self.op else ""
+        return (f"{self.kind}{op} op {i} of a block of {len(self.outs)} "
+                f"({'/'.join(ref.dtype_name(d) for d in self.dtypes)}), {ref.dtype_name(self.outs[i].dtype)}"
+                f"[{self.outs[i].numel()}]")
 
 
-def _run(ctx: CheckContext, kind: str, inputs: list[torch.Tensor], coalesced: bool) -> list[torch.Tensor]:
-    """Run N ops of ``kind`` separately or in one _coalescing_manager block; return the outputs."""
-    n = ctx.world_size
-    if kind == "all_reduce":
-        outs = [t.clone() for t in inputs]
-        calls: list[Callable[[], object]] = [lambda o=o: dist.all_reduce(o) for o in outs]
-    elif kind == "all_gather_into_tensor":
-        outs = [torch.zeros(t.numel() * n, device=ctx.device) for t in inputs]
-        calls = [lambda o=o, t=t: dist.all_gather_into_tensor(o, t) for o, t in zip(outs, inputs)]
-    else:
-        outs = [torch.zeros(t.numel() // n, device=ctx.device) for t in inputs]
-        calls = [lambda o=o, t=t: dist.reduce_scatter_tensor(o, t) for o, t in zip(outs, inputs)]
-    if coalesced:
-        with dist._coalescing_manager():
-            for call in calls:
-                call()
-    else:
-        for call in calls:
+def make_block(ctx: CheckContext, kind: str, op: str | None, count: int, dtypes: tuple[torch.dtype, ...],
+               salt: int) -> Block:
+    """Outputs, calls and exact expectations for a block; op i has its own size and dtype (dtypes[i % len])."""
+    n, me = ctx.world_size, ctx.rank
+    outs, calls, want = [], [], []
+    for i in range(count):
+        dtype, size = dtypes[i % len(dtypes)], i % 3 + 1 + (i % 2)
+        reduce_op = ref.REDUCE_OPS[op] if op else None
+        if kind == "all_reduce":
+            inputs = [ref.values(r, size, dtype, salt + i, op or "SUM") for r in range(n)]
+            out = ref.tensor(inputs[me], dtype, ctx.device)
+            calls.append(lambda o=out, p=reduce_op: dist.all_reduce(o, op=p))
+            want.append(ref.combine(inputs, op or "SUM", dtype))
+        elif kind == "all_gather_into_tensor":
+            inputs = [ref.values(r, size, dtype, salt + i) for r in range(n)]
+            out = torch.zeros(size * n, dtype=dtype, device=ctx.device)
+            mine = ref.tensor(inputs[me], dtype, ctx.device)
+            calls.append(lambda o=out, t=mine: dist.all_gather_into_tensor(o, t))
+            want.append([v for column in inputs for v in column])
+        else:
+            inputs = [ref.values(r, size * n, dtype, salt + i, op or "SUM") for r in range(n)]
+            out = torch.zeros(size, dtype=dtype, device=ctx.device)
+            mine = ref.tensor(inputs[me], dtype, ctx.device)
+            calls.append(lambda o=out, t=mine, p=reduce_op: dist.reduce_scatter_tensor(o, t, op=p))
+            want.append(ref.combine(inputs, op or "SUM", dtype)[me * size:(me + 1) * size])
+        outs.append(out)
+    return Block(kind, op, dtypes, outs, calls, want)
+
+
+def run_block(block: Block, async_ops: bool = False) -> Any:
+    """Issue the block's calls inside one _coalescing_manager; return the manager (for wait())."""
+    with dist._coalescing_manager(async_ops=async_ops) as cm:
+        for call in block.calls:
             call()
-    return outs
+    return cm
+
+
+def expect_block(ctx: CheckContext, block: Block, found: Findings, when: str = "") -> None:
+    """Every op of the block against its exact expectation."""
+    for i, (out, want) in enumerate(zip(block.outs, block.want)):
+        ulps = 2 if block.op == "AVG" and ctx.world_size & (ctx.world_size - 1) else 0  # AVG over 3 ranks rounds
+        bad = ref.mismatch(out, want, out.dtype, ulps)
+        found.case(ctx.expect, bad is None, f"{block.what(i)}{when}", "the exact result from every rank's input", bad)
 
 
 @check("COAL-SYNC-RESULTS")
 def sync_results(ctx: CheckContext) -> None:
-    """A sync block gives the same results as separate calls."""
+    """A sync block gives every op's exact result: each kind and reduce op, blocks of 1, 2, 9 and 64 ops,
+    mixed sizes, and a block mixing dtypes (exact or refused naming the dtype)."""
     ctx.init_world(default_mode(ctx))
-    for kind in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"):
-        inputs = _inputs(ctx, salt=len(kind))
-        separate = _run(ctx, kind, inputs, coalesced=False)
-        block = _run(ctx, kind, inputs, coalesced=True)
-        for i, (want, got) in enumerate(zip(separate, block)):
-            ctx.expect(torch.equal(want, got), f"{kind} op {i} of a coalesced block vs a separate call",
-                       want[:6].tolist(), got[:6].tolist())
+    found = Findings(ctx)
+    for salt, (kind, op) in enumerate(BLOCKS):
+        for count in BLOCK_SIZES:
+            block = make_block(ctx, kind, op, count, (torch.float32,), salt=10 * salt + count)
+            if op == "AVG":  # a backend without AVG refuses it naming the op
+                if not optional_case(ctx, f"a block of {count} {kind} AVG", lambda b=block: run_block(b), ("AVG",)):
+                    continue
+            else:
+                run_block(block)
+            expect_block(ctx, block, found)
+    mixed = make_block(ctx, "all_reduce", "SUM", 9, (torch.float32, torch.int64, torch.float64), salt=99)
+    if optional_case(ctx, "a block of 9 all_reduce SUM mixing float32, int64 and float64", lambda: run_block(mixed),
+                     ("dtype", "type")):
+        expect_block(ctx, mixed, found)
+    found.conclude()
 
 
 @check("COAL-SYNC-ONE-LAUNCH")
@@ -60,7 +119,7 @@ def sync_one_launch(ctx: CheckContext) -> None:
     ctx.init_world(default_mode(ctx))
     dist.barrier()
     since = ctx.probe.mark()
-    _run(ctx, "all_reduce", _inputs(ctx, salt=1), coalesced=True)
+    run_block(make_block(ctx, "all_reduce", "SUM", N_OPS, (torch.float32,), salt=1))
     launches = ctx.probe.events("launch", since)
     ctx.expect_equal("launches for a block of 4 all_reduce", 1, len(launches))
     ctx.expect_equal("ops in that launch", N_OPS, launches[0].get("ops"))
@@ -68,21 +127,17 @@ def sync_one_launch(ctx: CheckContext) -> None:
 
 @check("COAL-ASYNC-WAIT")
 def async_wait(ctx: CheckContext) -> None:
-    """cm.wait() returns only when every op of the block has completed."""
+    """cm.wait() returns only when every op of the block has completed (blocks of 2 and 9, exact results)."""
     ctx.init_world(default_mode(ctx))
-    inputs = _inputs(ctx, salt=2)
-    expected = _run(ctx, "all_reduce", inputs, coalesced=False)
-    outs = [t.clone() for t in inputs]
-    dist.barrier()
-    if ctx.rank == 0:
-        time.sleep(0.3)  # the block cannot complete before rank 0 joins: an early return shows
-    with dist._coalescing_manager(async_ops=True) as cm:
-        for o in outs:
-            dist.all_reduce(o)
-    cm.wait()
-    for i, (want, got) in enumerate(zip(expected, outs)):
-        ctx.expect(torch.equal(want, got), f"all_reduce op {i} of an async block right after cm.wait()",
-                   want[:6].tolist(), got[:6].tolist())
+    found = Findings(ctx)
+    for count in (2, 9):
+        block = make_block(ctx, "all_reduce", "SUM", count, (torch.float32,), salt=count)
+        dist.barrier()
+        if ctx.rank == 0:
+            time.sleep(0.3)  # the block cannot complete before rank 0 joins: an early return shows
+        run_block(block, async_ops=True).wait()
+        expect_block(ctx, block, found, " right after cm.wait()")
+    found.conclude()
 
 
 @check("COAL-BATCH-WAIT")
@@ -137,12 +192,12 @@ def mixed_types(ctx: CheckContext) -> None:
 
 @check("COAL-MIXED-REDUCEOPS")
 def mixed_reduce_ops(ctx: CheckContext) -> None:
-    """A block mixing SUM and MAX is refused or honours each op."""
+    """A block mixing SUM and MAX is refused or honours each op (exact results)."""
     ctx.init_world(default_mode(ctx))
-    a, b = ranked_tensor(ctx, salt=1), ranked_tensor(ctx, salt=2)
-    want_a, want_b = a.clone(), b.clone()
-    dist.all_reduce(want_a, op=dist.ReduceOp.SUM)
-    dist.all_reduce(want_b, op=dist.ReduceOp.MAX)
+    n = ctx.world_size
+    ins = {op: [ref.values(r, 8, torch.float32, salt=i + 1, op=op) for r in range(n)]
+           for i, op in enumerate(("SUM", "MAX"))}
+    a, b = (ref.tensor(ins[op][ctx.rank], torch.float32, ctx.device) for op in ("SUM", "MAX"))
     try:
         with dist._coalescing_manager():
             dist.all_reduce(a, op=dist.ReduceOp.SUM)
@@ -150,9 +205,10 @@ def mixed_reduce_ops(ctx: CheckContext) -> None:
     except (RuntimeError, ValueError) as exc:
         ctx.note(f"mixed reduce ops refused: {exc}")
         return
-    ctx.expect(torch.equal(want_a, a), "SUM op of a SUM+MAX block", want_a[:4].tolist(), a[:4].tolist())
-    ctx.expect(torch.equal(want_b, b), "MAX op of a SUM+MAX block (silently run as SUM?)",
-               want_b[:4].tolist(), b[:4].tolist())
+    for op, got in (("SUM", a), ("MAX", b)):
+        bad = ref.mismatch(got, ref.combine(ins[op], op, torch.float32), torch.float32)
+        ctx.expect(bad is None, f"{op} op of a SUM+MAX block (silently run with the first op's reduce op?)",
+                   "the exact result", bad)
 
 
 @check("COAL-RECOVERY")
@@ -163,9 +219,9 @@ def recovery(ctx: CheckContext) -> None:
     with dist._coalescing_manager():
         pass
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "after an empty block")
-    t = ranked_tensor(ctx)
-    want = t.clone()
-    dist.all_reduce(want)
+    n = ctx.world_size
+    t = ref.tensor(ref.values(ctx.rank, 8, torch.float32, salt=3), torch.float32, ctx.device)
+    want = ref.combine([ref.values(r, 8, torch.float32, salt=3) for r in range(n)], "SUM", torch.float32)
     try:
         with dist._coalescing_manager(), dist._coalescing_manager():
             dist.all_reduce(t)
@@ -175,7 +231,8 @@ def recovery(ctx: CheckContext) -> None:
         raise CheckFailed(f"rank {ctx.rank}: nested _coalescing_manager blocks: expected a result or a "
                           f"clear refusal, observed {type(exc).__name__}: {exc}") from None
     else:
-        ctx.expect(torch.equal(want, t), "all_reduce inside nested blocks", want[:4].tolist(), t[:4].tolist())
+        bad = ref.mismatch(t, want, torch.float32)
+        ctx.expect(bad is None, "all_reduce inside nested blocks", "the exact sum of every rank's input", bad)
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "after nested blocks")
 
 

@@ -79,19 +79,132 @@ def refusal_words(ctx: CheckContext, kind: str, *generic: str) -> tuple[str, ...
     return (*generic, *getattr(ctx.target, "refusal_words", {}).get(kind, ()))
 
 
+TIMEOUT_WORDS = ("timed out", "timeout", "deadline")
+
+Needle = str | tuple[str, ...]
+
+
+def _names(text: str, needle: Needle) -> bool:
+    """A string must appear as written; a tuple is alternatives, any one of them (case-insensitive)."""
+    if isinstance(needle, str):
+        return needle in text
+    return any(n.lower() in text.lower() for n in needle)
+
+
 def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseException], ...] = (Exception,),
-                  contains: tuple[str, ...] = ()) -> BaseException:
-    """``fn()`` must raise one of ``kinds`` whose message contains every string of ``contains``."""
+                  contains: tuple[Needle, ...] = (), timeout_contains: tuple[Needle, ...] = ()) -> BaseException:
+    """``fn()`` must raise one of ``kinds`` whose message names every entry of ``contains``.
+
+    A refusal check always says what the message must name: ``contains`` may not be empty. An error that
+    reads as a timeout is not a refusal unless the requirement admits one: then ``timeout_contains`` says what
+    the timeout must name instead (the pair, the key).
+    """
+    if not contains:
+        raise TypeError(f"expect_raises({what!r}): a refusal check must name what the error must contain")
     try:
         fn()
     except kinds as exc:
-        text = str(exc)
-        missing = [c for c in contains if c not in text]
+        text = f"{type(exc).__name__}: {exc}"
+        timed_out = isinstance(exc, TimeoutError) or any(w in text.lower() for w in TIMEOUT_WORDS)
+        if timed_out and not timeout_contains:
+            raise CheckFailed(f"rank {ctx.rank}: {what}: expected a refusal naming {list(contains)}, observed a "
+                              f"timeout: {text}") from None
+        missing = [c for c in (timeout_contains if timed_out else contains) if not _names(text, c)]
         if missing:
-            raise CheckFailed(f"rank {ctx.rank}: {what}: error does not name {missing}: "
-                              f"{type(exc).__name__}: {text}") from None
+            raise CheckFailed(f"rank {ctx.rank}: {what}: error does not name {missing}: {text}") from None
         return exc
     except Exception as exc:  # noqa: BLE001 - wrong exception class is a finding
         raise CheckFailed(f"rank {ctx.rank}: {what}: expected {[k.__name__ for k in kinds]}, observed "
                           f"{type(exc).__name__}: {exc}") from None
     raise CheckFailed(f"rank {ctx.rank}: {what}: expected an error, observed success")
+
+
+def optional_case(ctx: CheckContext, what: str, fn: Any, names: tuple[str, ...]) -> bool:
+    """Run a case the backend may decline: True when it ran; False (with a note) when it was refused
+    with an error naming one of ``names`` (the op or dtype it does not support). Any other error fails."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - sorted below: a named refusal, or a failure
+        text = f"{type(exc).__name__}: {exc}"
+        if any(w in text.lower() for w in TIMEOUT_WORDS) or not _names(text, names):
+            raise CheckFailed(f"rank {ctx.rank}: {what}: expected a result or a refusal naming one of "
+                              f"{list(names)}, observed {text}") from None
+        ctx.note(f"{what}: not supported by the target (refused: {text.splitlines()[0][:160]})")
+        return False
+    return True
+
+
+def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, dist.ProcessGroup, list[int]]]:
+    """The UCC-style group sweep this rank belongs to: (name, group, sorted global members).
+
+    World, the world made from a reversed rank list, both halves, odd and even ranks, and a subgroup of a
+    subgroup (the ranks above 0, split from the reversed group when ``split_ok``, else a new_group noted as
+    such). Every rank creates every group, in the same order, as torch requires.
+    """
+    n, ranks = ctx.world_size, list(range(ctx.world_size))
+    mine: list[tuple[str, dist.ProcessGroup, list[int]]] = [("world", dist.group.WORLD, ranks)]
+    reversed_group = dist.new_group(ranks[::-1])
+    mine.append(("reversed", reversed_group, ranks))
+    half = max(1, n // 2)
+    for shape, parts in (("halves", [ranks[:half], ranks[half:]]), ("odd_even", [ranks[0::2], ranks[1::2]])):
+        for part in (p for p in parts if p):
+            group = dist.new_group(part)
+            if ctx.rank in part:
+                mine.append((f"{shape} {part}", group, part))
+    upper = ranks[1:] or ranks
+    if split_ok:
+        sub = dist.split_group(parent_pg=reversed_group, split_ranks=[upper])
+        name = f"split of the reversed group {upper}"
+    else:
+        sub = dist.new_group(upper)
+        name = f"new_group {upper} (no split on this target)"
+    if ctx.rank in upper:
+        mine.append((name, sub, upper))
+    return mine
+
+
+def positive_control(ctx: CheckContext, seen: bool, what: str) -> None:
+    """An absence check's probe must show presence when the thing happens; otherwise NotObservable."""
+    if not seen:
+        raise NotObservable(f"rank {ctx.rank}: target {ctx.target.name}'s probe did not show {what}, so it "
+                            "cannot show its absence either")
+
+
+class Findings:
+    """Failures of the cases of one sweep, collected so that every rank runs every case in lockstep
+    (a rank that stopped at its first mismatch would leave its peers waiting in the next collective).
+
+    A case that raises (the backend erred, rather than gave a wrong value) stops the sweep: the ranks may no
+    longer agree on what comes next. ``conclude`` then re-raises it, or fails naming it after the mismatches.
+    """
+
+    def __init__(self, ctx: CheckContext) -> None:
+        self.ctx = ctx
+        self.failures: list[str] = []
+        self.raised: Exception | None = None
+
+    def case(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        """Run one case (unless an earlier one raised); a CheckFailed is recorded and the sweep goes on."""
+        if self.raised is not None:
+            return
+        try:
+            fn(*args, **kwargs)
+        except CheckFailed as exc:
+            self.failures.append(str(exc))
+        except Exception as exc:  # noqa: BLE001 - kept, and re-raised or reported by conclude()
+            self.raised = exc
+
+    def checkpoint(self) -> None:
+        """Conclude now if a case raised: the code that follows issues collectives outside any case."""
+        if self.raised is not None:
+            self.conclude()
+
+    def conclude(self) -> None:
+        """Fail naming the first failed cases (and how many there were); re-raise a case's error."""
+        if self.raised is not None and not self.failures:
+            raise self.raised
+        if self.failures:
+            shown = " | ".join(self.failures[:3])
+            then = "" if self.raised is None else (f"; then rank {self.ctx.rank}'s sweep stopped at "
+                                                  f"{type(self.raised).__name__}: {self.raised}")
+            raise CheckFailed(f"{len(self.failures)} case(s) failed: {shown}{then}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,34 +14,39 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from conformance.checks import reference as ref
 from conformance.checks.common import (
+    Findings,
     default_mode,
     expect_raises,
     new_comms,
+    positive_control,
     ranked_tensor,
     refusal_words,
     require_fields,
+    world_comm,
 )
 from conformance.checks.registry import CheckContext, check
-from conformance.outcomes import NotObservable
+from conformance.outcomes import NotObservable, Skipped
 
 
-def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int) -> None:
+def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int,
+              group: dist.ProcessGroup | None = None) -> None:
     """For each (src, dst) pair, src sends a tensor naming itself; dst checks what arrived."""
     works, inbox = [], []
     for src, dst in pairs:
         if src == ctx.rank:
-            works.append(dist.isend(ranked_tensor(ctx, salt=salt), dst))
+            works.append(dist.isend(ranked_tensor(ctx, salt=salt), dst, group=group))
         if dst == ctx.rank:
             buf = torch.zeros(8, device=ctx.device)
-            works.append(dist.irecv(buf, src))
+            works.append(dist.irecv(buf, src, group=group))
             inbox.append((src, buf))
     for work in works:
         work.wait()
     for src, buf in inbox:
-        expected = torch.arange(8, dtype=torch.float64) + 100 * (src + 1) + 1000 * salt
-        ctx.expect(torch.equal(buf.cpu().double(), expected), f"data received from rank {src} (salt {salt})",
-                   expected.tolist(), buf.tolist())
+        expected = [float(i + 100 * (src + 1) + 1000 * salt) for i in range(8)]  # what ranked_tensor made there
+        bad = ref.mismatch(buf, expected, buf.dtype)
+        ctx.expect(bad is None, f"data received from rank {src} (salt {salt})", expected, bad)
 
 
 def ring(n: int) -> list[tuple[int, int]]:
@@ -84,10 +90,16 @@ def eager_reuse(ctx: CheckContext) -> None:
     _exchange(ctx, ring(ctx.world_size), salt=2)
     one_f_one_b(ctx)
     created = new_comms(ctx, since)
+    launches = [e for e in ctx.probe.events("launch", since) if e["op"] in ("send", "recv")]
+    # positive controls: the probe saw the world communicator's creation and the P2P launches themselves
+    world = world_comm(ctx)
+    positive_control(ctx, bool(launches), "the P2P launches of this schedule")
     ctx.expect(not created, "communicators created by P2P under eager init", "none",
                [(e["comm"], e["members"], e["mode"]) for e in created])
-    launches = [e for e in ctx.probe.events("launch", since) if e["op"] in ("send", "recv")]
-    ctx.expect(bool(launches), "P2P launches seen by the probe", "some", len(launches))
+    require_fields(ctx, launches, "comm")
+    elsewhere = sorted({e["comm"] for e in launches} - {world["comm"]})
+    ctx.expect(not elsewhere, f"communicators carrying P2P under eager init (the world's is {world['comm']})",
+               "the world communicator only", elsewhere)
 
 
 @check("P2P-LAZY-PAIR-COMM")
@@ -99,6 +111,10 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
         _exchange(ctx, ring(ctx.world_size), salt=salt)
     _exchange(ctx, all_pairs(ctx.world_size), salt=9)
     created = new_comms(ctx, since)
+    if not created:
+        positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
+        raise Skipped(f"target {ctx.target.name} made no communicator for lazy P2P (its group communicator "
+                      "serves P2P): the requirement applies to backends that make pair communicators")
     require_fields(ctx, created, "members", "mode")
     pairs: dict[tuple[int, ...], list[str]] = {}
     for event in created:
@@ -143,21 +159,40 @@ def is_lazy_p2p_warning(message: str, words: tuple[str, ...] | None) -> bool:
 
 @check("P2P-LAZY-WARN-ONCE")
 def lazy_warn_once(ctx: CheckContext) -> None:
-    """Lazy init: exactly one warning about the per-pair communicators P2P creates.
+    """Lazy init: one warning about the per-pair communicators P2P creates, never one per op.
 
-    Python warnings are read, and fd 2 too on a target whose backend warns there (ProcessGroupNCCL's
-    TORCH_WARN_ONCE goes through c10's handler to stderr; once per process, so the target runs this
-    check in fresh rank processes).
+    P2P runs on the world, then on a new_group of every rank. A target warns once per group (the default) or,
+    where its backend promises only that, once per process (``Target.lazy_p2p_warning_scope = "process"``:
+    ProcessGroupNCCL's TORCH_WARN_ONCE, which c10 prints to stderr, so such a target also sets
+    ``warnings_on_stderr`` and runs this check in fresh rank processes). A backend that makes no pair
+    communicators (its group communicator serves P2P, as gloo's full mesh does) has nothing to warn about: the
+    requirement does not apply, shown by a probe that saw the world's communicator being made.
     """
     ctx.init_world("lazy")
     words = getattr(ctx.target, "lazy_p2p_warning", None)
-    with stderr_lines(getattr(ctx.target, "warnings_on_stderr", False)) as err, \
-            warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for salt in range(3):
-            _exchange(ctx, all_pairs(ctx.world_size), salt=salt)
-    about = [m for m in [str(w.message) for w in caught] + err if is_lazy_p2p_warning(m, words)]
-    ctx.expect_equal(f"lazy-P2P warnings over 3 rounds of P2P with {ctx.world_size - 1} peers", 1, len(about))
+    per_process = getattr(ctx.target, "lazy_p2p_warning_scope", "group") == "process"
+    group = dist.new_group(list(range(ctx.world_size)))
+    since = ctx.probe.mark()
+    counts: list[tuple[str, int]] = []
+    for what, pg in (("the world", None), ("a new_group of every rank", group)):
+        with stderr_lines(getattr(ctx.target, "warnings_on_stderr", False)) as err, \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for salt in range(3):
+                _exchange(ctx, all_pairs(ctx.world_size), salt=salt, group=pg)
+        counts.append((what, len([m for m in [str(w.message) for w in caught] + err if is_lazy_p2p_warning(m, words)])))
+    if "observe:comms" in ctx.target.capabilities and not any(
+            e.get("mode") == "p2p" for e in new_comms(ctx, since)) and sum(n for _, n in counts) == 0:
+        positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
+        raise Skipped(f"target {ctx.target.name} made no per-pair communicators for lazy P2P and warned nothing: "
+                      "the requirement applies to backends that make them")
+    rounds = f"over 3 rounds of P2P with {ctx.world_size - 1} peers"
+    if per_process:
+        ctx.expect_equal(f"lazy-P2P warnings in this process {rounds} on each of two groups", [1, 0],
+                         [n for _, n in counts])
+    else:
+        for what, n in counts:
+            ctx.expect_equal(f"{what}: lazy-P2P warnings {rounds}", 1, n)
 
 
 @check("P2P-DATA")
@@ -244,6 +279,10 @@ def mismatch(ctx: CheckContext) -> None:
         else:
             work.wait(timedelta(seconds=wait_s))
 
+    needles = {  # the refusal (or the timeout the requirement admits) must name both sides of the mismatch
+        "size": (("4",), ("8",)),
+        "dtype": (("float32", "Float"), ("float64", "Double")),
+    }
     for what, send_t, recv_t in (
         ("size", torch.ones(4), torch.zeros(8)),
         ("dtype", torch.ones(4), torch.zeros(4, dtype=torch.float64)),
@@ -255,7 +294,8 @@ def mismatch(ctx: CheckContext) -> None:
                 ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
         elif ctx.rank == 1:
             expect_raises(ctx, f"recv with a {what} mismatch against rank 0's send",
-                          lambda t=recv_t: wait(dist.irecv(t.to(ctx.device), 0)))
+                          lambda t=recv_t: wait(dist.irecv(t.to(ctx.device), 0)), contains=needles[what],
+                          timeout_contains=("rank 0", "rank 1"))  # the requirement admits a timeout naming the pair
         if wait_s is not None:
             ctx.note(f"only the {what} case was run: after a mismatched P2P the communicator of target "
                      f"{ctx.target.name} may be unusable")
@@ -268,14 +308,26 @@ def bad_input(ctx: CheckContext) -> None:
     ctx.init_world(default_mode(ctx))
     n, r = ctx.world_size, ctx.rank
     t = torch.ones(2, device=ctx.device)
-    expect_raises(ctx, "send to self", lambda: dist.send(t, r))
-    expect_raises(ctx, "send to a peer outside the group", lambda: dist.send(t, n + 3))
-    expect_raises(ctx, "batch_isend_irecv of an empty list", lambda: dist.batch_isend_irecv([]))
+    expect_raises(ctx, "send to self", lambda: dist.send(t, r), contains=(("same as the rank", f"rank {r}"),))
+    expect_raises(ctx, "batch_isend_irecv of an empty list", lambda: dist.batch_isend_irecv([]),
+                  contains=(("empty", "p2p_op_list", "list index"),))
     sub = dist.new_group(list(range(n)))
     expect_raises(ctx, "batch with ops on two groups", lambda: dist.batch_isend_irecv([
         dist.P2POp(dist.isend, t, (r + 1) % n), dist.P2POp(dist.irecv, t, (r - 1) % n, group=sub)]),
         contains=("same group",))
-    expect_raises(ctx, "P2POp built with all_reduce", lambda: dist.P2POp(dist.all_reduce, t, (r + 1) % n))
+    expect_raises(ctx, "P2POp built with all_reduce", lambda: dist.P2POp(dist.all_reduce, t, (r + 1) % n),
+                  contains=(("isend", "irecv", "op"),))
+    dist.barrier()
+
+
+@check("P2P-PEER-OUTSIDE")
+def peer_outside(ctx: CheckContext) -> None:
+    """A send to a peer outside the group (which torch 2.13 passes to the backend) is refused naming the peer,
+    or times out naming it; never a crash or a nameless error."""
+    ctx.init_world(default_mode(ctx))
+    n = ctx.world_size
+    expect_raises(ctx, "send to a peer outside the group", lambda: dist.send(torch.ones(2, device=ctx.device), n + 3),
+                  contains=(str(n + 3),), timeout_contains=(str(n + 3),))
     dist.barrier()
 
 
@@ -293,3 +345,28 @@ def serialization(ctx: CheckContext) -> None:
     ctx.expect_equal("communicators carrying unbatched P2P under eager init", 1, len(comms))
     ctx.note(f"P2P to {ctx.world_size - 1} peers ran on one communicator over {len(streams)} streams; "
              "NCCL serializes ops on one communicator even across streams")
+
+
+@check("P2P-NAMED-SENDERS")
+def named_senders(ctx: CheckContext) -> None:
+    """One rank receives from several named senders, several messages each, asking in the opposite order
+    to the one the messages arrive in: recv(src=s) gets s's messages, in the order s sent them."""
+    ctx.init_world(default_mode(ctx))
+    n, r, per_sender = ctx.world_size, ctx.rank, 3
+    found = Findings(ctx)
+    for dtype in (torch.float32, torch.int64):
+        if r == 0:
+            for src in range(1, n):  # the lowest sender sends last, yet is asked first
+                for k in range(per_sender):
+                    buf = torch.zeros(4, dtype=dtype, device=ctx.device)
+                    dist.recv(buf, src)
+                    want = ref.values(src, 4, dtype, salt=k)
+                    bad = ref.mismatch(buf, want, dtype)
+                    found.case(ctx.expect, bad is None, f"message {k} of {per_sender} received with recv(src={src}) "
+                               f"({ref.dtype_name(dtype)})", f"rank {src}'s message {k}", bad)
+        else:
+            time.sleep(0.05 * (n - 1 - r))  # the highest rank sends first
+            for k in range(per_sender):
+                dist.send(ref.tensor(ref.values(r, 4, dtype, salt=k), dtype, ctx.device), 0)
+        dist.barrier()
+    found.conclude()

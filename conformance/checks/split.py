@@ -42,6 +42,29 @@ def bound_inherit(ctx: CheckContext) -> None:
     require_fields(ctx, [parent], "device")  # the probe records devices at all; a child without one is the defect
     ctx.expect_equal("child communicator's device", parent["device"], created[0]["device"])
     expect_allreduce_members(ctx, child, list(range(ctx.world_size)), "child of the world")
+    upper, sub, _ = _upper_subgroup(ctx)
+    if sub is None:
+        return
+    since = ctx.probe.mark()
+    grandchild = dist.split_group(parent_pg=sub, split_ranks=[list(range(len(upper)))])
+    what = f"child of the subgroup {upper}"
+    ctx.expect_equal(f"{what}: bound_device_id", world.bound_device_id, getattr(grandchild, "bound_device_id", None))
+    created = new_comms(ctx, since)
+    ctx.expect_equal(f"{what}: communicators created by the split", 1, len(created))
+    ctx.expect_equal(f"{what}: communicator's device", parent["device"], created[0]["device"])
+    expect_allreduce_members(ctx, grandchild, upper, what)
+
+
+def _upper_subgroup(ctx: CheckContext) -> tuple[list[int], dist.ProcessGroup | None, dict | None]:
+    """new_group of the ranks above 0 (group ranks differ from global ranks), every rank calling; members get
+    the group and its communicator's comm_created event, the others None."""
+    upper = list(range(1, ctx.world_size)) or [0]
+    since = ctx.probe.mark()
+    sub = dist.new_group(upper)
+    if ctx.rank not in upper:
+        return upper, None, None
+    made = [e for e in new_comms(ctx, since) if e.get("members") == upper]
+    return upper, sub, (made[0] if made else None)
 
 
 @check("SPLIT-MEMBERSHIP")
@@ -58,6 +81,19 @@ def membership(ctx: CheckContext) -> None:
         ctx.expect_equal(f"shape {shape}: child's global ranks", mine, dist.get_process_group_ranks(child))
         ctx.expect_equal(f"shape {shape}: my rank in the child", mine.index(ctx.rank), dist.get_rank(child))
         expect_allreduce_members(ctx, child, mine, f"shape {shape}")
+    upper, sub, _ = _upper_subgroup(ctx)
+    if sub is None:
+        return
+    for shape, groups in group_shapes(len(upper)).items():  # in the subgroup's own group ranks
+        child = dist.split_group(parent_pg=sub, split_ranks=groups)
+        mine = next((sorted(upper[i] for i in g) for g in groups if upper.index(ctx.rank) in g), None)
+        what = f"subgroup {upper} split as {shape} {groups}"
+        if mine is None:
+            ctx.expect(child is None, f"{what}: on a non-member", None, child)
+            continue
+        ctx.expect(child is not None, f"{what}: on a member", "a group", child)
+        ctx.expect_equal(f"{what}: child's global ranks", mine, dist.get_process_group_ranks(child))
+        expect_allreduce_members(ctx, child, mine, what)
 
 
 @check("SPLIT-PARTIAL-NONMEMBER")
@@ -98,17 +134,17 @@ def validation(ctx: CheckContext) -> None:
     """Bad split lists are refused on every rank; the world stays usable."""
     ctx.init_world("eager")
     n = ctx.world_size
-    cases = {
-        "empty split list": [],
-        "an empty group": [[]],
-        "duplicate ranks": [[0, 0]],
-        "a group larger than the world": [list(range(n + 1))],
-        "an out-of-range rank": [[0, n]],
-        "a negative rank": [[0, -1]],
+    cases = {  # what the refusal must name: the offending value (or, for an empty list, that it is empty)
+        "empty split list": ([], ("empty",)),
+        "an empty group": ([[]], ("empty",)),
+        "duplicate ranks": ([[0, 0]], (("duplicate", "twice", "more than once", "[0, 0]"),)),
+        "a group larger than the world": ([list(range(n + 1))], ((str(n), "world_size"),)),
+        "an out-of-range rank": ([[0, n]], (str(n),)),
+        "a negative rank": ([[0, -1]], ("-1",)),
     }
-    for what, split in cases.items():
+    for what, (split, needles) in cases.items():
         expect_raises(ctx, f"split_group with {what} {split}", lambda s=split: dist.split_group(split_ranks=s),
-                      (ValueError,))
+                      (ValueError,), needles)
     expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after refused splits")
 
 
@@ -148,6 +184,17 @@ def lineage(ctx: CheckContext) -> None:
     for event in created:
         ctx.expect_equal(f"parent of communicator {event['comm']}", parent["comm"], event["parent"])
         ctx.expect_equal(f"creation mode of communicator {event['comm']}", "split", event["mode"])
+    upper, sub, sub_comm = _upper_subgroup(ctx)
+    if sub is None:
+        return
+    ctx.expect(sub_comm is not None, f"communicator of new_group({upper}) seen by the probe", "one", None)
+    ctx.expect_equal(f"parent of new_group({upper})'s communicator", parent["comm"], sub_comm["parent"])
+    since = ctx.probe.mark()
+    dist.split_group(parent_pg=sub, split_ranks=[list(range(len(upper)))])
+    created = new_comms(ctx, since)
+    ctx.expect_equal(f"communicators created by splitting the subgroup {upper}", 1, len(created))
+    ctx.expect_equal(f"parent of the subgroup {upper}'s child", sub_comm["comm"], created[0]["parent"])
+    ctx.expect_equal(f"creation mode of the subgroup {upper}'s child", "split", created[0]["mode"])
 
 
 @check("SPLIT-DERIVED-GROUPS")

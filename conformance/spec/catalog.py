@@ -13,7 +13,7 @@ import jsonschema
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-AREAS: tuple[str, ...] = ("qualification", "split", "hints", "p2p", "coalescing")
+AREAS: tuple[str, ...] = ("qualification", "split", "hints", "p2p", "coalescing", "collectives")
 SPEC_DIR = Path(__file__).parent
 
 

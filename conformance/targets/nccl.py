@@ -219,6 +219,7 @@ class NcclTarget(Target):
     # process's stderr, not to Python's warnings: the check reads fd 2.
     lazy_p2p_warning = ("lazy initialization mode", "2-rank")
     warnings_on_stderr = True
+    lazy_p2p_warning_scope = "process"  # a TORCH_WARN_ONCE: once per process, whatever the group
     # WorkNCCL.wait() only makes the current stream wait; given a timeout it blocks the host until the
     # work completes and raises when it has not ("... milliseconds before timing out", torch 2.15.0
     # libtorch_cuda.so). P2P-MISMATCH waits with this timeout so a receive that never completes is seen.

@@ -1,0 +1,283 @@
+"""Checks for plain collective correctness: the floor every certified backend stands on.
+
+Every expected value is computed on each rank from the known inputs of all ranks (reference.py),
+never taken from another output of the backend. Cases a backend may decline (AVG, bitwise ops, bool,
+low-precision dtypes, non-contiguous views) must be refused with an error naming the op or dtype,
+and the refusal is noted in the report; SUM, PRODUCT, MIN and MAX on float32, float64 and int64 must run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from conformance.checks import reference as ref
+from conformance.checks.common import Findings, default_mode, optional_case, positive_control, sweep_groups
+from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import CheckFailed
+
+REQUIRED_OPS = ("SUM", "PRODUCT", "MIN", "MAX")
+REQUIRED_DTYPES = (torch.float32, torch.float64, torch.int64)
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool)
+_ALIASES = {torch.bfloat16: ("bfloat16", "BFloat16"), torch.float16: ("float16", "Half"),
+            torch.uint8: ("uint8", "Byte"), torch.bool: ("bool",), torch.int64: ("int64", "Long"),
+            torch.float32: ("float32", "Float"), torch.float64: ("float64", "Double")}
+LATE_S = 0.5
+
+
+def _applicable(op: str, dtype: torch.dtype) -> bool:
+    """Bitwise ops are defined on integer dtypes only (torch has no float bitwise); AVG on floating dtypes
+    only (an integer or bool average has no agreed rounding: NCCL truncates, gloo has no AVG)."""
+    if op in ref.BITWISE:
+        return not dtype.is_floating_point
+    return op != "AVG" or dtype.is_floating_point
+
+
+def _ulps(op: str, n: int) -> int:
+    """AVG over a group whose size is not a power of two rounds; everything else here is exact."""
+    return 2 if op == "AVG" and n & (n - 1) else 0
+
+
+def _required(op: str, dtype: torch.dtype) -> bool:
+    return op in REQUIRED_OPS and dtype in REQUIRED_DTYPES
+
+
+def _refusal_names(op: str | None, dtype: torch.dtype, *extra: str) -> tuple[str, ...]:
+    return (*(() if op is None else (op,)), *_ALIASES.get(dtype, (ref.dtype_name(dtype),)), *extra)
+
+
+def _run_case(ctx: CheckContext, what: str, required: bool, names: tuple[str, ...], fn: Callable[[], None]) -> bool:
+    """Run ``fn``; a required case's error propagates (an error outcome), an optional one may be refused
+    naming ``names`` (noted)."""
+    if required:
+        fn()
+        return True
+    return optional_case(ctx, what, fn, names)
+
+
+def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: str, op: str, dtype: torch.dtype,
+                     numel: int = 7, view: bool = False, salt: int = 0) -> None:
+    """One all_reduce of known inputs over ``group``, compared with the exact reduction of all members' inputs."""
+    inputs = {m: ref.values(m, numel, dtype, salt, op) for m in members}
+    mine = ref.tensor(inputs[ctx.rank], dtype, ctx.device)
+    what = f"{label}: all_reduce {op} of {ref.dtype_name(dtype)}[{numel}]{' (non-contiguous view)' if view else ''}"
+    if view:  # every other column of a wider tensor; the columns between must stay untouched
+        backing = torch.full((numel, 2), 77, dtype=dtype, device=ctx.device) if dtype != torch.bool else \
+            torch.ones((numel, 2), dtype=dtype, device=ctx.device)
+        backing[:, 0] = mine
+        target = backing[:, 0]
+    else:
+        target = mine
+    names = _refusal_names(op, dtype, *(("contiguous",) if view else ()))
+    ran = _run_case(ctx, what, _required(op, dtype) and not view, names,
+                    lambda: dist.all_reduce(target, op=ref.REDUCE_OPS[op], group=group))
+    if not ran:
+        return
+    want = ref.combine([inputs[m] for m in members], op, dtype)
+    bad = ref.mismatch(target, want, dtype, _ulps(op, len(members)))
+    if bad:
+        raise CheckFailed(f"rank {ctx.rank}: {what} over members {members}: {bad}")
+    if view:
+        untouched = backing[:, 1].cpu().tolist()
+        ctx.expect(untouched == [untouched[0]] * numel, f"{what}: columns outside the view", "unchanged",
+                   untouched)
+
+
+@check("COLL-ALLREDUCE-OPS")
+def allreduce_ops(ctx: CheckContext) -> None:
+    """all_reduce: every reduce op x dtype on the world; shapes; the reduce ops over every group shape."""
+    mode = default_mode(ctx)
+    ctx.init_world(mode)
+    world = list(range(ctx.world_size))
+    found = Findings(ctx)
+    for op in ref.REDUCE_OPS:
+        for dtype in DTYPES:
+            if _applicable(op, dtype):
+                found.case(_all_reduce_case, ctx, None, world, "world", op, dtype)
+    for dtype in (torch.float32, torch.int64):
+        for op in ("SUM", "MAX"):
+            found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=0, salt=1)
+            found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1025, salt=2)
+    ctx.note("PREMUL_SUM not checked: torch builds it for NCCL only (_make_nccl_premul_sum)")
+    found.checkpoint()
+    for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
+        for op, dtype in (("SUM", torch.float32), ("AVG", torch.float32), ("MAX", torch.int64),
+                          ("MIN", torch.int64), ("PRODUCT", torch.float64), ("SUM", torch.bfloat16)):
+            found.case(_all_reduce_case, ctx, group, members, label, op, dtype, salt=5)
+    found.conclude()
+
+
+def _gather_cases(ctx: CheckContext, group: Any, members: list[int], label: str) -> None:
+    n, me = len(members), members.index(ctx.rank)
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        required = dtype in REQUIRED_DTYPES
+        inputs = {m: ref.values(m, 3, dtype, salt=11) for m in members}
+        mine = ref.tensor(inputs[ctx.rank], dtype, ctx.device)
+        gathered = [v for m in members for v in inputs[m]]
+        what = f"{label}: all_gather_into_tensor of {ref.dtype_name(dtype)}[3]"
+        out = torch.zeros(3 * n, dtype=dtype, device=ctx.device)
+        if _run_case(ctx, what, required, _refusal_names(None, dtype),
+                     lambda o=out, t=mine: dist.all_gather_into_tensor(o, t, group=group)):
+            bad = ref.mismatch(out, gathered, dtype)
+            ctx.expect(bad is None, f"{what} in group-rank order {members}", "each member's input in order", bad)
+        outs = [torch.zeros(3, dtype=dtype, device=ctx.device) for _ in members]
+        what = f"{label}: all_gather (list) of {ref.dtype_name(dtype)}[3]"
+        if _run_case(ctx, what, required, _refusal_names(None, dtype),
+                     lambda o=outs, t=mine: dist.all_gather(o, t, group=group)):
+            for j, m in enumerate(members):
+                bad = ref.mismatch(outs[j], inputs[m], dtype)
+                ctx.expect(bad is None, f"{what}: slot {j}", f"rank {m}'s input", bad)
+        for op in ("SUM", "MAX"):
+            full = {m: ref.values(m, 2 * n, dtype, salt=13, op=op) for m in members}
+            reduced = ref.combine([full[m] for m in members], op, dtype)
+            shard = reduced[2 * me:2 * me + 2]
+            out1 = torch.zeros(2, dtype=dtype, device=ctx.device)
+            inp1 = ref.tensor(full[ctx.rank], dtype, ctx.device)
+            what = f"{label}: reduce_scatter_tensor {op} of {ref.dtype_name(dtype)}[{2 * n}]"
+            if _run_case(ctx, what, required, _refusal_names(op, dtype),
+                         lambda o=out1, t=inp1, op=op:
+                         dist.reduce_scatter_tensor(o, t, op=ref.REDUCE_OPS[op], group=group)):
+                bad = ref.mismatch(out1, shard, dtype)
+                ctx.expect(bad is None, f"{what}: shard {me} of the reduced tensor", shard, bad)
+        chunks = [ref.tensor(ref.values(ctx.rank, 2, dtype, salt=17 + j), dtype, ctx.device) for j in range(n)]
+        want = ref.combine([ref.values(m, 2, dtype, salt=17 + me) for m in members], "SUM", dtype)
+        out2 = torch.zeros(2, dtype=dtype, device=ctx.device)
+        what = f"{label}: reduce_scatter (list) SUM of {ref.dtype_name(dtype)}"  # torch 2.13 says "No backend
+        # type associated with device type" when the backend lacks the method: accepted as its refusal
+        if optional_case(ctx, what, lambda o=out2, c=chunks: dist.reduce_scatter(o, c, group=group),
+                         _refusal_names("reduce_scatter", dtype, "ReduceScatter", "not supported",
+                                                        "No backend type associated")):
+            bad = ref.mismatch(out2, want, dtype)
+            ctx.expect(bad is None, f"{what}: chunk {me} of every member's list", want, bad)
+
+
+@check("COLL-NONCONTIGUOUS")
+def noncontiguous(ctx: CheckContext) -> None:
+    """all_reduce and broadcast on a non-contiguous view: exact (the rest untouched) or refused naming it."""
+    ctx.init_world(default_mode(ctx))
+    world = list(range(ctx.world_size))
+    found = Findings(ctx)
+    for dtype in (torch.float32, torch.int64):
+        for op in ("SUM", "MAX"):
+            found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=5, view=True, salt=3)
+        root = ctx.world_size - 1
+        backing = torch.zeros((5, 2), dtype=dtype, device=ctx.device)
+        backing[:, 0] = ref.tensor(ref.values(ctx.rank, 5, dtype, salt=4), dtype, ctx.device)
+        what = f"world: broadcast of a non-contiguous {ref.dtype_name(dtype)}[5] view from rank {root}"
+        if optional_case(ctx, what, lambda b=backing, r=root: dist.broadcast(b[:, 0], src=r), ("contiguous",)):
+            bad = ref.mismatch(backing[:, 0], ref.values(root, 5, dtype, salt=4), dtype)
+            found.case(ctx.expect_equal, f"{what}: column outside the view", [0] * 5,
+                       backing[:, 1].cpu().long().tolist())
+            found.case(ctx.expect, bad is None, what, f"rank {root}'s input", bad)
+    found.conclude()
+
+
+@check("COLL-GATHER-SCATTER-ORDER")
+def gather_scatter_order(ctx: CheckContext) -> None:
+    """all_gather(_into_tensor) lays members out in group-rank order; reduce_scatter gives each its own shard."""
+    mode = default_mode(ctx)
+    ctx.init_world(mode)
+    found = Findings(ctx)
+    for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
+        found.case(_gather_cases, ctx, group, members, label)
+    found.conclude()
+
+
+@check("COLL-ROOTED")
+def rooted(ctx: CheckContext) -> None:
+    """broadcast and reduce from every root, non-zero ones included, on every group shape."""
+    ctx.init_world("lazy")  # subgroups of a lazy world: each communicator is created lazily, on first use
+    found = Findings(ctx)
+    for label, group, members in sweep_groups(ctx):
+        for root in members[::-1]:
+            for dtype in (torch.float32, torch.int64):
+                inputs = {m: ref.values(m, 5, dtype, salt=root) for m in members}
+                t = ref.tensor(inputs[ctx.rank], dtype, ctx.device)
+                what = f"{label}: broadcast of {ref.dtype_name(dtype)} from global rank {root}"
+                found.case(_run_case, ctx, what, True, (),
+                           lambda t=t, r=root, g=group: dist.broadcast(t, src=r, group=g))
+                bad = ref.mismatch(t, inputs[root], dtype)
+                found.case(ctx.expect, bad is None, what, f"rank {root}'s input", bad)
+                for op in ("SUM", "MAX"):
+                    t = ref.tensor(inputs[ctx.rank], dtype, ctx.device)
+                    what = f"{label}: reduce {op} of {ref.dtype_name(dtype)} to global rank {root}"
+                    found.case(_run_case, ctx, what, True, (), lambda t=t, r=root, g=group, p=ref.REDUCE_OPS[op]:
+                               dist.reduce(t, dst=r, op=p, group=g))
+                    if ctx.rank == root:
+                        want = ref.combine([inputs[m] for m in members], op, dtype)
+                        bad = ref.mismatch(t, want, dtype)
+                        found.case(ctx.expect, bad is None, what, want, bad)
+    found.conclude()
+
+
+def _late_barrier(ctx: CheckContext, group: Any, late: int, label: str, round_: int,
+                  use_async: bool) -> None:
+    """``late`` enters the barrier LATE_S after the others; none may leave before it has entered."""
+    key = f"barrier/{round_}/late-entered"
+    early_saw_absent = True
+    if ctx.rank == late:
+        time.sleep(LATE_S)
+        ctx.store.set(key, b"1")
+    else:  # positive control: the probe (a store key) shows the late rank has not entered yet
+        early_saw_absent = not ctx.store.check([key])
+    if use_async:
+        dist.barrier(group=group, async_op=True).wait()
+    else:
+        dist.barrier(group=group)
+    entered = ctx.store.check([key])
+    positive_control(ctx, early_saw_absent, f"{label}: rank {late} still outside the barrier when rank "
+                     f"{ctx.rank} entered it (the machine was slower than the {LATE_S} s delay)")
+    ctx.expect(entered, f"{label}: rank {late} had entered the barrier when rank {ctx.rank}'s "
+               f"{'wait() on an async ' if use_async else ''}barrier returned", "entered", "not yet")
+
+
+@check("COLL-BARRIER-BLOCKS")
+def barrier_blocks(ctx: CheckContext) -> None:
+    """barrier returns on no rank before the last rank has entered it (world, a subgroup, async)."""
+    ctx.init_world(default_mode(ctx))
+    n = ctx.world_size
+    _late_barrier(ctx, None, n - 1, "world", 0, use_async=False)
+    _late_barrier(ctx, None, 0, "world (async)", 1, use_async=True)
+    upper = list(range(1, n)) if n > 2 else list(range(n))
+    group = dist.new_group(upper)
+    if ctx.rank in upper:
+        _late_barrier(ctx, group, upper[len(upper) // 2], f"subgroup {upper}", 2, use_async=False)
+    dist.barrier()
+
+
+def _alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str, dtype: torch.dtype,
+                   uneven: bool) -> None:
+    n, me = len(members), members.index(ctx.rank)
+
+    def rows(i: int, j: int) -> int:  # rows group rank i sends to group rank j (zeros included)
+        return (i + 2 * j) % 3 + (i == j) if uneven else 2
+
+    def block(i: int, j: int) -> list[Any]:
+        return ref.values(members[i], rows(i, j) * 3, dtype, salt=40 + j)
+
+    send = [v for j in range(n) for v in block(me, j)]
+    want = [v for i in range(n) for v in block(i, me)]
+    inp = ref.tensor(send, dtype, ctx.device).reshape(-1, 3)
+    out = torch.full((len(want) // 3, 3), 9, dtype=dtype, device=ctx.device)
+    in_splits = [rows(me, j) for j in range(n)] if uneven else None
+    out_splits = [rows(i, me) for i in range(n)] if uneven else None
+    dist.all_to_all_single(out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits, group=group)
+    bad = ref.mismatch(out, want, dtype)
+    ctx.expect(bad is None, f"{label}: all_to_all_single of {ref.dtype_name(dtype)}, input splits {in_splits}, "
+               f"output splits {out_splits}", "each member's block for this rank, in group-rank order", bad)
+
+
+@check("COLL-ALLTOALL-UNEVEN")
+def alltoall_uneven(ctx: CheckContext) -> None:
+    """all_to_all_single with even and uneven (zero included) split sizes delivers each block to its rank."""
+    ctx.init_world("lazy")
+    found = Findings(ctx)
+    for label, group, members in sweep_groups(ctx):
+        for dtype in (torch.float32, torch.int64):
+            for uneven in (False, True):
+                found.case(_alltoall_case, ctx, group, members, label, dtype, uneven)
+    found.conclude()

@@ -1,0 +1,102 @@
+"""Flawed variants of toyccl, one realistic bug each, each registered under its own backend name.
+
+Import this module (``--import toyccl_flawed.variants``) and certify a variant by its name, e.g.
+``conformance certify --backend toyccl_avg_sum --device cpu --import toyccl_flawed.variants``.
+``VARIANTS`` maps each name to its bug and to the requirement that must fail on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from toyccl.backend import ToyProcessGroup, _reduce, completed_work, register
+
+
+class _Named(ToyProcessGroup):
+    backend_name = ""
+
+    def getBackendName(self) -> str:
+        return self.backend_name
+
+
+class AvgAsSum(_Named):
+    """AVG is reduced as SUM (the division by the group size is missing), on every path."""
+
+    backend_name = "toyccl_avg_sum"
+
+    def _allreduce_list(self, tensors: list[torch.Tensor], op: Any) -> None:
+        super()._allreduce_list(tensors, dist.ReduceOp.SUM if op == dist.ReduceOp.AVG else op)
+
+
+class MinMaxSwapped(_Named):
+    """MIN and MAX are swapped, on every path."""
+
+    backend_name = "toyccl_minmax_swapped"
+
+    def _allreduce_list(self, tensors: list[torch.Tensor], op: Any) -> None:
+        if op == dist.ReduceOp.MIN:
+            op = dist.ReduceOp.MAX
+        elif op == dist.ReduceOp.MAX:
+            op = dist.ReduceOp.MIN
+        super()._allreduce_list(tensors, op)
+
+
+class WrongShard(_Named):
+    """reduce_scatter hands each rank the shard of the next rank."""
+
+    backend_name = "toyccl_wrong_shard"
+
+    def _scatter_reduced(self, output: torch.Tensor, full: torch.Tensor) -> None:
+        chunk = full.reshape(self.size(), -1)[(self.rank() + 1) % self.size()]
+        output.copy_(chunk.reshape(output.shape))
+
+
+class BroadcastFromZero(_Named):
+    """broadcast copies from group rank 0 whatever the root."""
+
+    backend_name = "toyccl_bcast_root0"
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        everyone = self._exchange([t.detach().cpu() for t in tensors])
+        for i, t in enumerate(tensors):
+            t.copy_(everyone[0][i])
+        return completed_work(tensors)
+
+
+class BarrierNoWait(_Named):
+    """barrier returns at once (its exchange is skipped)."""
+
+    backend_name = "toyccl_barrier_nowait"
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        return completed_work()
+
+
+class NarrowIntSum(_Named):
+    """Integer all_reduce accumulates in float32, losing every bit above 2**24."""
+
+    backend_name = "toyccl_narrow_int"
+
+    def _allreduce_list(self, tensors: list[torch.Tensor], op: Any) -> None:
+        everyone = self._exchange([t.detach().cpu() for t in tensors])
+        for i, t in enumerate(tensors):
+            column = [contrib[i] for contrib in everyone]
+            if not t.dtype.is_floating_point and t.dtype != torch.bool and op == dist.ReduceOp.SUM:
+                t.copy_(torch.stack([c.float() for c in column]).sum(0).to(t.dtype))
+            else:
+                t.copy_(_reduce(column, op))
+
+
+VARIANTS: dict[str, tuple[type[ToyProcessGroup], str, str]] = {
+    cls.backend_name: (cls, (cls.__doc__ or "").strip(), requirement)
+    for cls, requirement in ((AvgAsSum, "COLL-ALLREDUCE-OPS"), (MinMaxSwapped, "COLL-ALLREDUCE-OPS"),
+                             (WrongShard, "COLL-GATHER-SCATTER-ORDER"), (BroadcastFromZero, "COLL-ROOTED"),
+                             (BarrierNoWait, "COLL-BARRIER-BLOCKS"), (NarrowIntSum, "COLL-ALLREDUCE-OPS"))
+}
+
+for _name, (_cls, _bug, _req) in VARIANTS.items():
+    register(_name, _cls)
+
+__all__ = ["VARIANTS"]

@@ -1,0 +1,58 @@
+"""The flawed toyccl variants (examples/toyccl_flawed/toyccl_flawed/variants.py): each realistic bug is caught
+by the requirement it names, while plain toyccl passes that requirement."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.runner.pool import PoolSet
+from conformance.session import Selection, run_suite
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+for _pkg in ("toyccl", "toyccl_flawed"):
+    if str(EXAMPLES / _pkg) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES / _pkg))
+
+from toyccl_flawed.variants import VARIANTS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pools():
+    pools = PoolSet()
+    yield pools
+    pools.close()
+
+
+# What the failure of each variant must be about (plain toyccl's result on the same requirement must not say it).
+SYMPTOM = {
+    "toyccl_avg_sum": "all_reduce AVG",
+    "toyccl_minmax_swapped": "all_reduce MIN",
+    "toyccl_wrong_shard": "reduce_scatter_tensor SUM",
+    "toyccl_bcast_root0": "broadcast of",
+    "toyccl_barrier_nowait": "had entered the barrier",
+    "toyccl_narrow_int": "all_reduce SUM of int64",
+}
+
+
+def _result(pools: PoolSet, backend: str, module: str, requirement: str) -> tuple[str, str]:
+    run = run_suite("vendor", [2], selection=Selection(ids=(requirement,)), pools=pools, timeout_s=20.0,
+                    target_options={"backend": backend, "module": module})
+    (result,) = run.results
+    return result.outcome, result.detail
+
+
+def test_every_variant_has_a_symptom() -> None:
+    assert set(SYMPTOM) == set(VARIANTS)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variant_fails_its_requirement_and_plain_toyccl_does_not(pools: PoolSet, name: str) -> None:
+    _, bug, requirement = VARIANTS[name]
+    outcome, detail = _result(pools, name, "toyccl_flawed.variants", requirement)
+    # "error" too: plain toyccl has no reduce, so COLL-ROOTED's sweep stops there (after the broadcasts)
+    assert outcome in ("fail", "error") and SYMPTOM[name] in detail, f"{name} ({bug}): {outcome}: {detail}"
+    outcome, detail = _result(pools, "toyccl", "toyccl", requirement)
+    assert SYMPTOM[name] not in detail, f"plain toyccl on {requirement}: {outcome}: {detail}"
