@@ -7,7 +7,9 @@ Events are plain dicts with a ``kind`` key. The kinds and their fields:
   device (str or None), config (dict of effective options), backend (name)
 - ``comm_destroyed``: comm
 - ``launch``: comm, op (e.g. "allreduce", "send"), ops (number of ops in this launch),
-  stream (stream id), device, backend, coalesced (bool)
+  stream (stream id), device, backend, coalesced (bool), and optionally group (the group name:
+  a non-cooperative probe sees the group a call was issued on, not the backend's communicator,
+  and records the group name as comm too)
 - ``config_applied``: comm, config (dict)
 - ``warning``: message, category
 A target records only the kinds it lists in ``Probe.observes``; a check that needs a kind

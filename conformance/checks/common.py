@@ -79,7 +79,7 @@ def refusal_words(ctx: CheckContext, kind: str, *generic: str) -> tuple[str, ...
     return (*generic, *getattr(ctx.target, "refusal_words", {}).get(kind, ()))
 
 
-TIMEOUT_WORDS = ("timed out", "timeout", "deadline")
+TIMEOUT_WORDS = ("timed out", "timeout", "timing out", "deadline")
 
 Needle = str | tuple[str, ...]
 

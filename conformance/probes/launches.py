@@ -118,7 +118,8 @@ class LaunchProbe(RecordingProbe):
         if groups and type(groups[0]).__module__.split(".")[0] != "torch":
             return  # a Python backend: its class wrapper records the call
         tensors = _tensors(args[0]) if args else []
-        self.record("launch", comm=groups[0].group_name if groups else None, op=op_name(func),
+        name = groups[0].group_name if groups else None
+        self.record("launch", comm=name, group=name, op=op_name(func),
                     ops=_count(args[0]) if args else 0, stream=None,
                     device=tensors[0].device.type if tensors else None, backend=None,
                     coalesced="coalesced" in func, source="dispatcher")
@@ -143,7 +144,8 @@ class LaunchProbe(RecordingProbe):
             depth = getattr(probe._depth, "n", 0)
             if depth == 0:
                 tensors = _tensors(args[0]) if args else []
-                probe.record("launch", comm=getattr(pg, "group_name", None) or None, op=PY_METHODS[name],
+                group = getattr(pg, "group_name", None) or None
+                probe.record("launch", comm=group, group=group, op=PY_METHODS[name],
                              ops=_count(args[0]) if args else 0, stream=None,
                              device=tensors[0].device.type if tensors else None, backend=pg.getBackendName(),
                              coalesced="coalesc" in name, source="class")

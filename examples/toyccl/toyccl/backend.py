@@ -17,6 +17,7 @@ and its config is recorded in ``toyccl.events.LOG``.
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 import warnings
 from datetime import timedelta
@@ -39,6 +40,9 @@ _REDUCE = {
     dist.ReduceOp.MIN: lambda ts: torch.stack(ts).min(0).values,
     dist.ReduceOp.MAX: lambda ts: torch.stack(ts).max(0).values,
     dist.ReduceOp.AVG: lambda ts: torch.stack(ts).sum(0) / len(ts),
+    dist.ReduceOp.BAND: lambda ts: functools.reduce(torch.bitwise_and, ts),
+    dist.ReduceOp.BOR: lambda ts: functools.reduce(torch.bitwise_or, ts),
+    dist.ReduceOp.BXOR: lambda ts: functools.reduce(torch.bitwise_xor, ts),
 }
 
 
@@ -76,7 +80,8 @@ def _reduce(tensors: list[torch.Tensor], op: Any) -> torch.Tensor:
     for known, fn in _REDUCE.items():
         if op == known:
             return fn(tensors)
-    raise ValueError(f"toyccl does not support reduce op {op}")
+    name = next((n for n in dir(dist.ReduceOp.RedOpType) if n.isupper() and op == getattr(dist.ReduceOp, n, None)), op)
+    raise ValueError(f"toyccl does not support reduce op {name}")
 
 
 def _options(pg_options: Any) -> ToyOptions:
@@ -253,6 +258,25 @@ class ToyProcessGroup(dist.ProcessGroup):
         for i, t in enumerate(tensors):
             t.copy_(everyone[opts.rootRank][i])
         return completed_work(tensors)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        everyone = self._exchange([t.detach().cpu() for t in tensors])
+        if self.rank() == opts.rootRank:
+            for i, t in enumerate(tensors):
+                t.copy_(_reduce([contrib[i] for contrib in everyone], opts.reduceOp))
+        return completed_work(tensors)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                      input_split_sizes: list[int], opts: Any = None) -> dist.Work:
+        n = self.size()
+        sizes = input_split_sizes or [input.shape[0] // n] * n
+        everyone = self._exchange((input.detach().cpu(), sizes))
+        pieces = []
+        for data, their_sizes in everyone:
+            start = sum(their_sizes[: self.rank()])
+            pieces.append(data[start:start + their_sizes[self.rank()]])
+        output.copy_(torch.cat(pieces).reshape(output.shape))
+        return completed_work(output)
 
     def barrier(self, opts: Any = None) -> dist.Work:
         self._exchange(None)

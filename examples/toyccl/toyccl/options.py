@@ -14,6 +14,9 @@ KNOWN_HINTS: dict[str, type] = {
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
 
+MAX_CGA_CLUSTER_SIZE = 8  # as NCCL's cgaClusterSize
+
+
 @dataclass
 class ToyOptions:
     """What a toyccl group is created with (``pg_options``); torch deep-copies it for split children."""
@@ -31,6 +34,9 @@ class ToyOptions:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ValueError(f"toyccl: option {key}={value!r} must be a non-negative integer")
+        if self.cga_cluster_size is not None and self.cga_cluster_size > MAX_CGA_CLUSTER_SIZE:
+            raise ValueError(f"toyccl: option cga_cluster_size={self.cga_cluster_size} exceeds the maximum "
+                             f"{MAX_CGA_CLUSTER_SIZE}")
         if self.min_ctas is not None and self.max_ctas is not None and self.min_ctas > self.max_ctas:
             raise ValueError(f"toyccl: option min_ctas={self.min_ctas} exceeds max_ctas={self.max_ctas}")
         for key, value in self.hints.items():
