@@ -9,6 +9,8 @@ from typing import Any
 
 from conformance.checks import bind_checks
 from conformance.report import (
+    Expectation,
+    ExpectationError,
     Result,
     apply_expectations,
     build_report,
@@ -18,8 +20,8 @@ from conformance.report import (
 from conformance.runner.inprocess import run_requirements
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
-from conformance.spec import Requirement, load_catalog
-from conformance.targets import make_target
+from conformance.spec import Requirement, SpecError, load_catalog
+from conformance.targets import CAPABILITIES, make_target
 
 Progress = Callable[[Result], None]
 
@@ -52,10 +54,29 @@ class SuiteRun:
 
 
 def load_bound_catalog() -> list[Requirement]:
-    """The catalog, validated and paired with its checks (fails loudly on any mismatch)."""
+    """The catalog, validated and paired with its checks (fails loudly on any mismatch).
+
+    A capability the targets do not know (a typo) is a SpecError: it would skip the requirement everywhere.
+    """
     catalog = load_catalog()
+    for req in catalog:
+        for cap in req.capabilities:
+            if cap not in CAPABILITIES:
+                raise SpecError(f"{req.area}.toml", req.id, "capabilities",
+                                f"unknown capability {cap!r}; known: {', '.join(sorted(CAPABILITIES))}")
     bind_checks(catalog)
     return catalog
+
+
+def load_target_expectations(target: str) -> list[Expectation]:
+    """The target's expectation entries; an entry naming a requirement the spec lacks is an ExpectationError."""
+    entries = load_expectations(target)
+    known = {r.id for r in load_catalog()}
+    for entry in entries:
+        if entry.requirement not in known:
+            raise ExpectationError(entry.file or f"{target}.toml", entry.requirement, "requirement",
+                                   "no such requirement in the spec")
+    return entries
 
 
 def statements() -> dict[str, str]:
@@ -113,7 +134,7 @@ def run_suite(
 
 def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str) -> SuiteRun:
     """Apply the target's expectations and build the report."""
-    results, run.stale = apply_expectations(run.results, load_expectations(target), strict=False)
+    results, run.stale = apply_expectations(run.results, load_target_expectations(target), strict=False)
     run.results = results
     environment = collect_environment(make_target(target, target_options).environment())
     run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
