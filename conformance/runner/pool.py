@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from multiprocess.reduction import ForkingPickler
 from conformance.runner import worker
 
 START_TIMEOUT_S = 120.0  # spawn on a loaded 2-core machine can take a while
-CRASH_GRACE_S = 2.0  # how long peers of a crashed rank may still answer
+PEER_GRACE_S = 0.5  # how long peers of a crashed or failed rank may still answer before they are killed
 TERM_GRACE_S = 0.5  # SIGTERM -> SIGKILL
 STACK_WAIT_S = 1.0  # how long to wait for a faulthandler dump
 
@@ -52,6 +53,26 @@ class _Worker:
     process: Any
     conn: Any
     stack_path: str
+    stack_mark: int = 0
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _fatal_stack(w: _Worker) -> str:
+    """The faulthandler dump a fatal signal (SIGSEGV, SIGABRT, ...) wrote during this run, or ""."""
+    try:
+        with open(w.stack_path) as f:
+            f.seek(w.stack_mark)
+            text = f.read()
+    except OSError:
+        return ""
+    return f"Python stacks of rank {w.rank} (pid {w.process.pid}) at the crash:\n{_readable_stack(text)}" \
+        if text.strip() else ""
 
 
 def _exit_reason(code: int | None) -> str:
@@ -233,11 +254,14 @@ class RankPool:
 
     # -- running ---------------------------------------------------------------------------------
 
-    def run(self, task: str, kwargs: dict, timeout_s: float) -> list[RankReport]:
+    def run(self, task: str, kwargs: dict, timeout_s: float,
+            failed: Callable[[Any], bool] | None = None) -> list[RankReport]:
         """Run ``task`` ("package.module:function") on every rank; one report per rank, in rank order.
 
         Each rank calls ``function(rank=r, world_size=N, store=<PrefixStore fresh for this run>,
-        **kwargs)``. Waits at most ``timeout_s`` for all ranks.
+        **kwargs)``. Waits at most ``timeout_s`` for all ranks. Once a rank crashes, raises, or returns
+        a value ``failed`` accepts, the others get PEER_GRACE_S more; those still running are then
+        reported "aborted" (with their stacks) and the pool is rebuilt.
         """
         with self._lock:
             if self._closed:
@@ -245,10 +269,13 @@ class RankPool:
             if not self._workers or not all(w.process.is_alive() for w in self._workers):
                 self._kill()
                 self._start()
-            return self._run(task, kwargs, timeout_s)
+            return self._run(task, kwargs, timeout_s, failed)
 
-    def _run(self, task: str, kwargs: dict, timeout_s: float) -> list[RankReport]:
+    def _run(self, task: str, kwargs: dict, timeout_s: float,
+             failed: Callable[[Any], bool] | None) -> list[RankReport]:
         run_id = next(self._run_ids)
+        for w in self._workers:  # where a fatal signal's faulthandler dump of this run will start
+            w.stack_mark = _size(w.stack_path)
         payload = bytes(ForkingPickler.dumps(("run", run_id, task, kwargs)))
         started = time.monotonic()
         for w in self._workers:
@@ -258,6 +285,7 @@ class RankPool:
         by_handle = {h: w for w in self._workers for h in (w.conn, w.process.sentinel)}
         deadline = started + timeout_s
         crashed: list[int] = []
+        broken: list[int] = []  # ranks that raised or whose value ``failed`` accepts
         while len(reports) < self.world_size:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -270,15 +298,19 @@ class RankPool:
                 report = self._receive(w, run_id, started)
                 if report is not None:
                     reports[w.rank] = report
-                    if report.status == "crashed":
-                        crashed.append(w.rank)
-                        deadline = min(deadline, time.monotonic() + CRASH_GRACE_S)
+                    bad = crashed if report.status == "crashed" else broken if report.status == "raised" or (
+                        report.status == "ok" and failed is not None and failed(report.value)) else None
+                    if bad is not None:
+                        bad.append(w.rank)
+                        deadline = min(deadline, time.monotonic() + PEER_GRACE_S)
         missing = [w for w in self._workers if w.rank not in reports]
         if missing:
             stacks = _dump_stacks(missing)
             elapsed = time.monotonic() - started
             if crashed:
                 status, error = "aborted", f"abandoned after rank(s) {crashed} crashed"
+            elif broken:
+                status, error = "aborted", f"no result {elapsed:.1f} s into the run, after rank(s) {broken} failed"
             else:
                 status, error = "timeout", f"no result after {timeout_s:g} s"
             for w in missing:
@@ -307,7 +339,7 @@ class RankPool:
         if w.process.exitcode is None:  # pipe readable but process alive and silent: not an answer
             return None
         code = w.process.exitcode
-        return RankReport(w.rank, "crashed", error=_exit_reason(code), exitcode=code,
+        return RankReport(w.rank, "crashed", error=_exit_reason(code), traceback=_fatal_stack(w), exitcode=code,
                           duration_s=time.monotonic() - started)
 
 

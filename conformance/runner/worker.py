@@ -86,6 +86,7 @@ def main(
     torch.set_num_threads(int(os.environ.get("CONFORMANCE_RANK_THREADS", "1")))
     stack_file = open(stack_path, "w")  # noqa: SIM115 - faulthandler writes to it for the process lifetime
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    faulthandler.enable(file=stack_file, all_threads=True)  # a segfault's stack goes where the pool reads it
     threading.Thread(target=_watch_parent, args=(parent_pid,), name=WATCH_THREAD_NAME, daemon=True).start()
     try:
         _, port = conn.recv()

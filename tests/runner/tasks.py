@@ -69,3 +69,23 @@ def make_shm_file(rank: int, world_size: int, store: Any) -> str:
 
 def unpicklable(rank: int, world_size: int, store: Any) -> Any:
     return (i for i in range(1))  # generators do not pickle, even with dill
+
+
+def segfault_on(rank: int, world_size: int, store: Any, bad_rank: int) -> int:
+    """The bad rank dies of SIGSEGV inside this function."""
+    if rank == bad_rank:
+        import ctypes
+
+        ctypes.string_at(0)
+    store.get("from-bad-rank")
+    return rank
+
+
+def exit_at_recorded_time(rank: int, world_size: int, store: Any, bad_rank: int, path: str) -> int:
+    """The bad rank writes the time it exits to ``path`` and exits; its peers block on a key never set."""
+    if rank == bad_rank:
+        with open(path, "w") as f:
+            f.write(repr(time.time()))
+        os._exit(3)
+    store.get("from-bad-rank")
+    return rank
