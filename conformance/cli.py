@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from conformance import inputs
+from conformance import inputs, interrupts
 from conformance.report import Result, write_report
 from conformance.session import (
     Selection,
@@ -192,13 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point. Called with ``argv`` (in-process), the previous signal handlers are restored at the end;
+    as the process's entry point (no ``argv``), SIGINT and SIGTERM are ignored from then on: a late second
+    Ctrl-C must not turn the exit status of a run that stopped cleanly into a death by signal."""
     args = build_parser().parse_args(argv)
+    if args.command in ("run", "certify", "defects"):
+        interrupts.install()  # SIGTERM stops a run as Ctrl-C does; a second signal never breaks the cleanup
     try:
         return args.fn(args)
     except SpecError as exc:
         console.print(f"[red]error in the spec:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
+    finally:
+        if argv is not None:
+            interrupts.uninstall()
+        elif interrupts.installed():
+            interrupts.ignore_from_now()
 
 
 if __name__ == "__main__":

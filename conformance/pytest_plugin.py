@@ -123,7 +123,9 @@ class _Collector:
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
+            self.interrupted = True  # fewer results than items: the report must not claim a verdict
         for target, results in self.results.items():
             environment = collect_environment(make_target(target).environment()) if target != "vendor" else \
                 collect_environment()
@@ -151,5 +153,6 @@ def pytest_configure(config: pytest.Config) -> None:
     """Validate the options; install the report collector when a report dir is given."""
     _validate_options(config)
     report_dir = config.getoption("--conformance-report-dir", default=None)
-    if report_dir:
+    # Under pytest-xdist only the controller writes: it sees every worker's results; a worker sees a part.
+    if report_dir and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_Collector(Path(report_dir)), "conformance-collector")

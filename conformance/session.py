@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance import interrupts
 from conformance.checks import bind_checks
 from conformance.report import (
     Expectation,
@@ -100,7 +101,8 @@ def run_suite(
     """Run the selected requirements on ``target`` at each world size and build the report.
 
     ``launcher="env"`` runs in-process as one rank of a torchrun job (the world size is torchrun's);
-    only rank 0 gets a report. Ctrl-C stops the run: what finished is kept, the verdict is ``incomplete``.
+    only rank 0 gets a report. Ctrl-C (or SIGTERM with ``interrupts.install()``) stops the run: what finished
+    is kept, the verdict is ``incomplete``.
     """
     catalog = load_bound_catalog()
     chosen = (selection or Selection()).pick(catalog)
@@ -116,16 +118,23 @@ def run_suite(
     own_pools = pools is None
     pools = pools or PoolSet()
     try:
-        for req in chosen:
-            applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
-            for n in applicable[:1] if smallest_size_only else sizes:
-                result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s,
-                                  env=env)
-                run.results.append(result)
-                if progress:
-                    progress(result)
+        with interrupts.raising():
+            for req in chosen:
+                applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
+                for n in applicable[:1] if smallest_size_only else sizes:
+                    result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s,
+                                      env=env)
+                    if interrupts.requested():  # a signal during the case: its result is not to be trusted
+                        raise KeyboardInterrupt(interrupts.requested())
+                    run.results.append(result)
+                    if progress:
+                        progress(result)
     except KeyboardInterrupt:
         run.interrupted = True
+    except Exception:
+        if not interrupts.requested():
+            raise
+        run.interrupted = True  # e.g. a rank process that the Ctrl-C reached while it started
     finally:
         if own_pools:
             pools.close()

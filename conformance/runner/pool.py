@@ -100,6 +100,25 @@ def _readable_stack(dump: str) -> str:
     return "\n\n".join(kept)
 
 
+def _closed(proc: Any) -> bool:
+    """True for a Process object already closed (its pid and sentinel released)."""
+    try:
+        proc.is_alive()
+    except ValueError:
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Any:
+    """Block SIGINT and SIGTERM in this thread (so in the processes it forks) for the block's duration."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, worker.STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _dump_stacks(workers: list[_Worker]) -> dict[int, str]:
     """Ask each (live) worker for a faulthandler dump of all its threads; return rank -> text."""
     before: dict[int, int] = {}
@@ -151,7 +170,11 @@ class RankPool:
         self._lock = threading.Lock()
         self._closed = False
         _track(self)
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def pids(self) -> list[int]:
@@ -163,21 +186,24 @@ class RankPool:
     def _start(self) -> None:
         sys.stdout.flush()  # or the workers inherit, and later print, what is still buffered
         sys.stderr.flush()
-        for rank in range(self.world_size):
-            parent_conn, child_conn = self._ctx.Pipe()
-            stack_path = os.path.join(self._stack_dir, f"rank{rank}.stack")
-            proc = self._ctx.Process(
-                target=worker.main,
-                args=(rank, child_conn),
-                kwargs={"world_size": self.world_size, "parent_pid": os.getpid(), "env": self._env,
-                        "stack_path": stack_path},
-                name=f"cfm-pool{self.pool_id}-rank{rank}",
-            )
-            proc.start()
-            child_conn.close()
-            self._workers.append(_Worker(rank, proc, parent_conn, stack_path))
-        self.rebuilds += 1
         try:
+            # A SIGINT/SIGTERM that arrives while forking waits until every worker exists (and has set its
+            # own handlers), then reaches this process: it is neither lost nor half-handled in a new child.
+            with _signals_blocked():
+                for rank in range(self.world_size):
+                    parent_conn, child_conn = self._ctx.Pipe()
+                    stack_path = os.path.join(self._stack_dir, f"rank{rank}.stack")
+                    proc = self._ctx.Process(
+                        target=worker.main,
+                        args=(rank, child_conn),
+                        kwargs={"world_size": self.world_size, "parent_pid": os.getpid(), "env": self._env,
+                                "stack_path": stack_path},
+                        name=f"cfm-pool{self.pool_id}-rank{rank}",
+                    )
+                    proc.start()
+                    child_conn.close()
+                    self._workers.append(_Worker(rank, proc, parent_conn, stack_path))
+            self.rebuilds += 1
             port = self._serve_store()
             for w in self._workers:
                 w.conn.send(("store", port))
@@ -219,8 +245,11 @@ class RankPool:
                 raise RuntimeError(f"rank {dead[0].rank} of a new pool died at start ({reason})")
 
     def _kill(self) -> None:
-        """Kill every worker (SIGTERM, then SIGKILL), drop the store, remove this pool's shm files."""
-        procs = [w.process for w in self._workers]
+        """Kill every worker (SIGTERM, then SIGKILL), drop the store, remove this pool's shm files.
+
+        Safe to call again after an interrupted call (a Process already closed is skipped).
+        """
+        procs = [w.process for w in self._workers if not _closed(w.process)]
         for proc in procs:
             if proc.is_alive():
                 with contextlib.suppress(OSError):
@@ -387,16 +416,12 @@ def _track(pool: RankPool) -> None:
     atexit.register(_close_live)
     if threading.current_thread() is not threading.main_thread():
         return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_IGN or previous is None:
-        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the process handles SIGTERM itself (the CLI stops the run and closes its pools)
 
     def on_sigterm(signum: int, frame: Any) -> None:
         _close_live()
-        if callable(previous):
-            previous(signum, frame)
-        else:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm)
