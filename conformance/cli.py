@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from conformance import inputs, interrupts
+from conformance.import_probe import probe_import
 from conformance.report import Result, write_report
 from conformance.session import (
     Selection,
@@ -126,6 +127,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
     """Certify an out-of-tree backend through the vendor target."""
     options = {"backend": args.backend, "device": args.device, "module": args.import_module,
                "package": args.package}
+    problem = probe_import(args.import_module, args.backend, args.timeout)  # a hang or crash stays out of here
+    if problem:
+        console.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
+        return 2
     return _run_target("vendor", options, args)
 
 
