@@ -122,6 +122,7 @@ class Fabric:
         if len(comm) > 64:
             comm = f"{comm[:48]}~{zlib.crc32(comm.encode()):08x}"
         self._stem = f"{shm_prefix}{comm}.r{my_rank}.{os.getpid()}x{next(_INSTANCES)}"
+        shm.sweep_dead_once()  # leftovers of processes that died without closing their communicators
         self._coll_lock = threading.Lock()
         self._own: Tensor | None = None
         self._own_name: str | None = None

@@ -25,26 +25,26 @@ def pools():
 
 
 def test_hung_rank_is_named_above_the_pool_grace(pools) -> None:
-    """At a timeout above the pool's 5 s grace the healthy rank's RankTimeout, naming rank 1, is kept."""
+    """At a timeout above the pool's 5 s grace the healthy rank's RankTimeout, naming rank 0, is kept."""
     result = run_case(pools, REQ["COAL-SYNC-RESULTS"], "sim", 2, timeout_s=8.0,
-                      env={"SIM_FAULT": "1:allreduce:hang"})
+                      env={"SIM_FAULT": "0:allreduce:hang"})
     by_rank = {r["rank"]: r for r in result.ranks}
     assert result.outcome == "error"
-    assert by_rank[1].get("status") == "timeout", by_rank[1]
-    assert "maybe_inject" in by_rank[1]["traceback"]
-    assert by_rank[0].get("status") is None, by_rank[0]  # rank 0 answered with its own outcome
-    assert "RankTimeout" in by_rank[0]["detail"] and "waiting for rank(s) 1" in by_rank[0]["detail"]
-    assert "rank 1 timed out" in result.detail
+    assert by_rank[0].get("status") == "timeout", by_rank[0]
+    assert "maybe_inject" in by_rank[0]["traceback"]
+    assert by_rank[1].get("status") is None, by_rank[1]  # rank 1 answered with its own outcome
+    assert "RankTimeout" in by_rank[1]["detail"] and "waiting for rank(s) 0" in by_rank[1]["detail"]
+    assert "rank 0 timed out" in result.detail
 
 
 def test_peers_of_a_raising_rank_do_not_wait_out_the_timeout(pools) -> None:
     started = time.monotonic()
     result = run_case(pools, REQ["COAL-SYNC-RESULTS"], "sim", 2, timeout_s=30.0,
-                      env={"SIM_FAULT": "1:allreduce:raise"})
-    assert time.monotonic() - started < 10, "rank 0 waited for the rank that had already raised"
-    assert result.outcome == "error" and "injected fault: rank 1 raised at allreduce" in result.detail
-    rank0 = next(r for r in result.ranks if r["rank"] == 0)
-    assert rank0.get("status") == "aborted" and "[1] failed" in rank0["detail"]
+                      env={"SIM_FAULT": "0:allreduce:raise"})
+    assert time.monotonic() - started < 10, "rank 1 waited for the rank that had already raised"
+    assert result.outcome == "error" and "injected fault: rank 0 raised at allreduce" in result.detail
+    rank1 = next(r for r in result.ranks if r["rank"] == 1)
+    assert rank1.get("status") == "aborted" and "[0] failed" in rank1["detail"]
 
 
 def test_peers_of_a_crashed_rank_released_within_a_second(tmp_path: Path) -> None:
