@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from simulator import connections, shm
+from simulator.dtypes import dtype_from_name
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.events import LOG
 from simulator.reduction import dtype_name, reduce_into, unsupported
@@ -558,7 +559,7 @@ class Fabric:
     def _consume(self, tensor: Tensor, src: int, env: dict[str, Any], tag: int) -> int:
         with self._p2p_lock:
             self._recvd[src] += 1
-        dtype, shape, name = getattr(torch, env["dt"]), env["shape"], env["g"]
+        dtype, shape, name = dtype_from_name(env["dt"]), env["shape"], env["g"]
         sent = f"{env['dt']}[{','.join(map(str, shape))}]"
         if dtype != tensor.dtype or math.prod(shape) != tensor.numel():
             if name is not None:

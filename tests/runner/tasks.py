@@ -128,3 +128,27 @@ def fds_over_reinits(rank: int, world_size: int, store: Any, rounds: int, fresh_
         del fresh, group
         counts[i + 1] = len(os.listdir("/proc/self/fd"))
     return counts
+
+
+def split_and_p2p_without_pickle(rank: int, world_size: int, store: Any, requirement_id: str) -> dict:
+    """Run a simulator check with pickle.loads wrapped to record calls made from the simulator's code."""
+    import pickle
+    import sys
+
+    from conformance.runner.execute import run_check
+
+    calls: list[str] = []
+    real = pickle.loads
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_code.co_filename
+        if f"{os.sep}simulator{os.sep}" in caller:  # torch's own config snapshots may unpickle locally
+            calls.append(caller)
+        return real(*args, **kwargs)
+
+    pickle.loads = refuse
+    try:
+        value = run_check(rank, world_size, store, requirement_id, "sim", None, 20.0)
+    finally:
+        pickle.loads = real
+    return {"outcome": value["outcome"], "detail": value["detail"], "unpickles": len(calls)}

@@ -70,3 +70,51 @@ def test_sweep_removes_stale_segments_of_dead_processes_only() -> None:
     finally:
         for name in names:
             shm.unlink(name)
+
+
+@pytest.mark.parametrize("requirement_id", ["SPLIT-MEMBERSHIP", "P2P-MISMATCH"])
+def test_nothing_read_from_a_store_is_unpickled(requirement_id: str) -> None:
+    pool = RankPool(2)
+    try:
+        reports = pool.run(f"{T}:split_and_p2p_without_pickle", {"requirement_id": requirement_id}, timeout_s=60)
+        assert [r.status for r in reports] == ["ok", "ok"], [r.error for r in reports]
+        assert [r.value["unpickles"] for r in reports] == [0, 0]
+        assert [r.value["outcome"] for r in reports] == ["pass", "pass"], [r.value["detail"] for r in reports]
+    finally:
+        pool.close()
+
+
+def test_dtype_names_resolve_through_the_table_only() -> None:
+    import torch
+
+    from simulator.dtypes import dtype_from_name
+    from simulator.reduction import dtype_name
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
+        assert dtype_from_name(dtype_name(dtype)) is dtype
+    for name in ("Tensor", "manual_seed", "load", "__builtins__", 7):
+        with pytest.raises(ValueError, match="unknown dtype name"):
+            dtype_from_name(name)
+
+
+def test_torchrun_rank_outcomes_travel_as_json(monkeypatch) -> None:
+    import datetime
+    import json
+    import pickle
+
+    import torch.distributed as dist
+
+    from conformance.runner import inprocess
+    from conformance.spec import load_catalog
+
+    store = dist.HashStore()
+    store.set_timeout(datetime.timedelta(seconds=10))
+    monkeypatch.setattr(inprocess, "join", lambda timeout_s: (store, 0, 1))
+    monkeypatch.setattr(inprocess, "precheck", lambda *a: None)
+    value = {"rank": 0, "outcome": "pass", "detail": "", "traceback": "", "notes": ["n"], "duration_s": 0.5}
+    monkeypatch.setattr(inprocess, "run_check", lambda *a, **k: dict(value))
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle.loads on a store value"))
+    req = next(r for r in load_catalog() if r.id == "SPLIT-MEMBERSHIP")
+    (result,) = inprocess.run_requirements([req], "sim", None, 5.0)
+    assert result.outcome == "pass" and result.notes == ["n"]
+    assert json.loads(dist.PrefixStore("conformance/check0/", store).get("outcome/0")) == value
