@@ -140,3 +140,39 @@ def test_interrupted_run_leaves_a_valid_report_or_none_and_nothing_behind(comman
     assert not glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}*")), "temp dirs left behind"
     assert not ports & {port for port, _ in _listen_table()}, "store sockets still listening"
     assert not list(report_dir.glob(".*")), "temporary report files left behind"
+
+
+@pytest.mark.parametrize("how", ["int", "double"])
+def test_interrupted_pytest_xdist_run_leaves_a_marked_report_or_none(how, tmp_path) -> None:
+    report_dir = tmp_path / "reports"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "conformance/suite",
+         "--conformance-targets=sim", "--conformance-world-sizes=2,4", f"--conformance-report-dir={report_dir}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True)
+    reader.start()
+    seen: set[int] = set()
+    deadline = time.monotonic() + 180
+    while sum(c in ".sxF" for c in out) < 8 and time.monotonic() < deadline and proc.poll() is None:
+        seen |= _tree(proc.pid)
+        time.sleep(0.02)
+    assert proc.poll() is None, "pytest ended before it was interrupted: " + "".join(out)[-2000:]
+    _signal(proc, how)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError("pytest did not stop within 120 s of the interrupt") from None
+    reader.join(10)
+    path = report_dir / "sim.json"
+    if path.exists():
+        report = load_report(path)
+        assert report["interrupted"] is True and report["verdict"] == "incomplete", "".join(out)[-2000:]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(map(_alive, seen)):
+        time.sleep(0.05)
+    assert not [p for p in seen if _alive(p)], "processes left behind"
+    prefixes = tuple(f"cfm{pid}p" for pid in seen | {proc.pid})
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)], "shm segments left behind"
+    assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(prefixes)], "temp dirs left behind"
