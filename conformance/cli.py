@@ -112,8 +112,10 @@ def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Name
     console.print(f"running {total} cases on target [bold]{target}[/] at world sizes {args.world_sizes}")
     run = run_suite(target, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
                     progress=_progress(total), launcher=args.launcher)
-    if not run.report:  # a non-zero rank of a torchrun job: rank 0 writes the report
-        return 0
+    if not run.report:  # a non-zero rank of a torchrun job (rank 0 writes the report), or an interrupted job
+        if run.interrupted:
+            console.print("interrupted: no report written")
+        return EXIT["incomplete"] if run.interrupted else 0
     return _finish(run, args)
 
 

@@ -109,7 +109,12 @@ def run_suite(
     run = SuiteRun()
     started = dt.datetime.now(dt.UTC).isoformat()
     if launcher == "env":
-        results = run_requirements(chosen, target, target_options, timeout_s)
+        try:
+            with interrupts.raising():
+                results = run_requirements(chosen, target, target_options, timeout_s)
+        except KeyboardInterrupt:  # the job's ranks stop together; rank 0 has no complete set to report
+            run.interrupted = True
+            return run
         if results is None:
             return run
         run.results = results
