@@ -130,6 +130,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
     options = {"backend": args.backend, "device": args.device, "module": args.import_module,
                "package": args.package}
     problem = probe_import(args.import_module, args.backend, args.timeout)  # a hang or crash stays out of here
+    if interrupts.requested():  # the Ctrl-C reached the probe too: not the module's fault
+        console.print("interrupted: nothing run, no report written")
+        return EXIT["incomplete"]
     if problem:
         console.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
         return 2
