@@ -142,7 +142,7 @@ def test_interrupted_run_leaves_a_valid_report_or_none_and_nothing_behind(comman
     assert not list(report_dir.glob(".*")), "temporary report files left behind"
 
 
-@pytest.mark.parametrize("how", ["int", "double"])
+@pytest.mark.parametrize("how", ["int", "double", "term"])
 def test_interrupted_pytest_xdist_run_leaves_a_marked_report_or_none(how, tmp_path) -> None:
     report_dir = tmp_path / "reports"
     proc = subprocess.Popen(
