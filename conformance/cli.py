@@ -6,13 +6,23 @@ import argparse
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from conformance import inputs, interrupts
+from conformance.import_probe import probe_import
 from conformance.report import Result, write_report
-from conformance.session import Selection, SuiteRun, load_bound_catalog, run_suite, statements
+from conformance.session import (
+    Selection,
+    SuiteRun,
+    load_bound_catalog,
+    load_target_expectations,
+    run_suite,
+    statements,
+)
 from conformance.spec import SpecError
 from conformance.targets import make_target
 
@@ -24,12 +34,23 @@ console = Console(stderr=True, highlight=False)
 
 def _sizes(text: str) -> list[int]:
     try:
-        sizes = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"world sizes must be comma-separated integers, got {text!r}") from None
-    if not sizes or any(n < 1 for n in sizes):
-        raise argparse.ArgumentTypeError(f"world sizes must be positive, got {text!r}")
-    return sorted(set(sizes))
+        return inputs.world_sizes(text)
+    except inputs.InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _timeout(text: str) -> float:
+    try:
+        return inputs.timeout(text)
+    except inputs.InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line naming the value, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -61,7 +82,7 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where <target>.json/.md go")
     p.add_argument("--area", type=_csv, default=(), help="only these areas (comma-separated)")
     p.add_argument("--requirement", type=_csv, default=(), help="only these requirement ids")
-    p.add_argument("--timeout", type=float, default=30.0, help="per-check timeout in seconds")
+    p.add_argument("--timeout", type=_timeout, default=30.0, help="per-check timeout in seconds")
     p.add_argument("--strict-waivers", action="store_true", help="exit non-zero when a waiver is stale")
     p.add_argument("--launcher", choices=("pool", "env"), default="pool",
                    help="pool: the suite starts its own rank processes; env: this process is one rank of a "
@@ -85,17 +106,21 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
 
 def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Namespace) -> int:
     selection = Selection(areas=args.area, ids=args.requirement)
-    try:  # bad input is exit 2; errors during the run itself are not
+    try:  # bad input is exit 2, refused before anything runs; errors during the run itself are not
         total = len(selection.pick(load_bound_catalog())) * len(args.world_sizes)
         make_target(target, options)
+        load_target_expectations(target)
+        inputs.report_dir(args.report_dir)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     console.print(f"running {total} cases on target [bold]{target}[/] at world sizes {args.world_sizes}")
     run = run_suite(target, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
                     progress=_progress(total), launcher=args.launcher)
-    if not run.report:  # a non-zero rank of a torchrun job: rank 0 writes the report
-        return 0
+    if not run.report:  # a non-zero rank of a torchrun job (rank 0 writes the report), or an interrupted job
+        if run.interrupted:
+            console.print("interrupted: no report written")
+        return EXIT["incomplete"] if run.interrupted else 0
     return _finish(run, args)
 
 
@@ -131,6 +156,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
         return 2
     options = {"backend": args.backend, "device": args.device, "module": args.import_module,
                "package": args.package, **declared}
+    problem = probe_import(args.import_module, args.backend, args.timeout)  # a hang or crash stays out of here
+    if interrupts.requested():  # the Ctrl-C reached the probe too: not the module's fault
+        console.print("interrupted: nothing run, no report written")
+        return EXIT["incomplete"]
+    if problem:
+        console.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
+        return 2
     return _run_target("vendor", options, args)
 
 
@@ -157,12 +189,18 @@ def cmd_defects(args: argparse.Namespace) -> int:
     """Run the defect matrix against the simulator."""
     from conformance.defect_matrix import run_matrix
 
+    try:
+        inputs.report_dir(args.report_dir)
+        load_bound_catalog()
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        return 2
     return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
-    parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__)
+    parser = _Parser(prog="python -m conformance", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the suite against a target and write a report")
     p.add_argument("--target", required=True, help="sim, gloo, nccl, torchcomms, or a vendor's entry-point name")
@@ -193,19 +231,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world-sizes", type=_sizes, default=_sizes("2,4"))
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
     # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
-    p.add_argument("--timeout", type=float, default=8.0, help="per-check timeout; mutants make ranks wait it out")
+    p.add_argument("--timeout", type=_timeout, default=8.0, help="per-check timeout; mutants make ranks wait it out")
     p.set_defaults(fn=cmd_defects)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
+    """Entry point. Called with ``argv`` (in-process), the previous signal handlers are restored at the end;
+    as the process's entry point (no ``argv``), SIGINT and SIGTERM are ignored from then on: a late second
+    Ctrl-C must not turn the exit status of a run that stopped cleanly into a death by signal."""
     args = build_parser().parse_args(argv)
+    if args.command in ("run", "certify", "defects"):
+        interrupts.install()  # SIGTERM stops a run as Ctrl-C does; a second signal never breaks the cleanup
     try:
         return args.fn(args)
     except SpecError as exc:
-        console.print(f"[red]error in the spec:[/] {exc}")
+        console.print(f"[red]error in the spec:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
+    finally:
+        if argv is not None:
+            interrupts.uninstall()
+        elif interrupts.installed():
+            interrupts.ignore_from_now()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from conformance.runner.pool import PoolSet
 from conformance.session import SuiteRun, load_bound_catalog, run_suite
 
 BAD = ("fail", "error")
+INTERRUPTED = 3  # the exit code of an interrupted run, as for `run`
 
 
 @dataclass(frozen=True)
@@ -110,20 +111,34 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _interrupted(say: Any, report_dir: Path) -> int:
+    say(f"interrupted: the matrix is incomplete, {report_dir / 'defects.json'} and .md are left as they were")
+    return INTERRUPTED
+
+
 def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None) -> int:
-    """Run clean + every mutant, write reports/defects.{json,md}; exit 1 unless all three targets hold."""
+    """Run clean + every mutant, write reports/defects.{json,md}; exit 1 unless all three targets hold.
+
+    An interrupted matrix writes nothing (a partial one would report the unrun checks as misses): exit 3.
+    """
     catalog = load_bound_catalog()
     levels = {r.id: r.level for r in catalog}
     pools = PoolSet()
     say = progress.print if progress else (lambda *a, **k: None)
     try:
         say("clean run ...")
-        clean = _outcomes(run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True))
+        run = run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True)
+        if run.interrupted:
+            return _interrupted(say, report_dir)
+        clean = _outcomes(run)
         mutated: dict[str, dict[str, str]] = {}
         all_mutants = mutants()
         for i, m in enumerate(all_mutants, 1):
-            outs = _outcomes(run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True,
-                                       target_options={"defects": list(m.defects)}, env=m.env or None))
+            run = run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True,
+                            target_options={"defects": list(m.defects)}, env=m.env or None)
+            if run.interrupted:  # an interrupted run would count its unrun checks as misses
+                return _interrupted(say, report_dir)
+            outs = _outcomes(run)
             mutated[m.name] = outs
             hit = [rid for rid, o in outs.items() if o in BAD and clean.get(rid) == "pass"]
             say(f"[{i:>2}/{len(all_mutants)}] {m.name:<28} caught by {', '.join(hit) or 'NOTHING'}")

@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
+from conformance import inputs
 from conformance.report import (
     Result,
     apply_expectations,
     build_report,
     collect_environment,
-    load_expectations,
     write_report,
 )
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
-from conformance.session import load_bound_catalog, statements
+from conformance.session import load_bound_catalog, load_target_expectations, statements
 from conformance.spec import Requirement
 from conformance.targets import available_targets, make_target
 from conformance.targets.registry import target_class
@@ -52,7 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-targets", default=",".join(available_targets()),
                     help="comma-separated targets (default: every known target)")
     group.addoption("--conformance-world-sizes", default="2,4", help="comma-separated world sizes")
-    group.addoption("--conformance-timeout", type=float, default=30.0, help="per-check timeout, seconds")
+    group.addoption("--conformance-timeout", default="30", help="per-check timeout, seconds")
     group.addoption("--conformance-report-dir", default=None, help="write <target>.json/.md here")
 
 
@@ -76,8 +76,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     cfg = metafunc.config
     targets = [t for t in cfg.getoption("--conformance-targets").split(",") if t]
-    sizes = [int(s) for s in cfg.getoption("--conformance-world-sizes").split(",") if s]
-    timeout = cfg.getoption("--conformance-timeout")
+    sizes = inputs.world_sizes(cfg.getoption("--conformance-world-sizes"))
+    timeout = inputs.timeout(cfg.getoption("--conformance-timeout"))
     params = []
     for req in load_bound_catalog():
         for target in targets:
@@ -98,7 +98,7 @@ def conformance_pools() -> Any:
 def run_item(case: Case, pools: PoolSet, request: pytest.FixtureRequest) -> None:
     """Run one case, record its result for the report, and map its outcome onto pytest's."""
     result = run_case(pools, case.requirement, case.target, case.world_size, timeout_s=case.timeout_s)
-    (result,), stale = apply_expectations([result], load_expectations(case.target))
+    (result,), stale = apply_expectations([result], load_target_expectations(case.target))
     request.node.user_properties.append((_PROPERTY, json.dumps(result.to_json())))
     for entry in stale:
         request.node.user_properties.append((_STALE, json.dumps({"target": case.target, "entry": entry})))
@@ -134,7 +134,9 @@ class _Collector:
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
+            self.interrupted = True  # fewer results than items: the report must not claim a verdict
         for target, results in self.results.items():
             environment = collect_environment(make_target(target).environment()) if target != "vendor" else \
                 collect_environment()
@@ -143,8 +145,25 @@ class _Collector:
             write_report(report, self.report_dir, statements())
 
 
+def _validate_options(config: pytest.Config) -> None:
+    """Refuse bad option values as usage errors, before any item is collected."""
+    try:
+        for target in (t for t in config.getoption("--conformance-targets").split(",") if t):
+            if target not in available_targets() and target != "vendor":
+                make_target(target)  # raises ValueError naming the known targets
+        inputs.world_sizes(config.getoption("--conformance-world-sizes"))
+        inputs.timeout(config.getoption("--conformance-timeout"))
+        report_dir = config.getoption("--conformance-report-dir", default=None)
+        if report_dir:
+            inputs.report_dir(Path(report_dir))
+    except ValueError as exc:
+        raise pytest.UsageError(f"conformance options: {exc}") from None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Install the report collector when a report dir is given."""
+    """Validate the options; install the report collector when a report dir is given."""
+    _validate_options(config)
     report_dir = config.getoption("--conformance-report-dir", default=None)
-    if report_dir:
+    # Under pytest-xdist only the controller writes: it sees every worker's results; a worker sees a part.
+    if report_dir and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_Collector(Path(report_dir)), "conformance-collector")

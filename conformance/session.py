@@ -7,8 +7,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance import interrupts
 from conformance.checks import bind_checks
 from conformance.report import (
+    Expectation,
+    ExpectationError,
     Result,
     apply_expectations,
     build_report,
@@ -18,8 +21,8 @@ from conformance.report import (
 from conformance.runner.inprocess import run_requirements
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
-from conformance.spec import Requirement, load_catalog
-from conformance.targets import make_target
+from conformance.spec import Requirement, SpecError, load_catalog
+from conformance.targets import CAPABILITIES, make_target
 
 Progress = Callable[[Result], None]
 
@@ -52,10 +55,29 @@ class SuiteRun:
 
 
 def load_bound_catalog() -> list[Requirement]:
-    """The catalog, validated and paired with its checks (fails loudly on any mismatch)."""
+    """The catalog, validated and paired with its checks (fails loudly on any mismatch).
+
+    A capability the targets do not know (a typo) is a SpecError: it would skip the requirement everywhere.
+    """
     catalog = load_catalog()
+    for req in catalog:
+        for cap in req.capabilities:
+            if cap not in CAPABILITIES:
+                raise SpecError(f"{req.area}.toml", req.id, "capabilities",
+                                f"unknown capability {cap!r}; known: {', '.join(sorted(CAPABILITIES))}")
     bind_checks(catalog)
     return catalog
+
+
+def load_target_expectations(target: str) -> list[Expectation]:
+    """The target's expectation entries; an entry naming a requirement the spec lacks is an ExpectationError."""
+    entries = load_expectations(target)
+    known = {r.id for r in load_catalog()}
+    for entry in entries:
+        if entry.requirement not in known:
+            raise ExpectationError(entry.file or f"{target}.toml", entry.requirement, "requirement",
+                                   "no such requirement in the spec")
+    return entries
 
 
 def statements() -> dict[str, str]:
@@ -79,14 +101,20 @@ def run_suite(
     """Run the selected requirements on ``target`` at each world size and build the report.
 
     ``launcher="env"`` runs in-process as one rank of a torchrun job (the world size is torchrun's);
-    only rank 0 gets a report. Ctrl-C stops the run: what finished is kept, the verdict is ``incomplete``.
+    only rank 0 gets a report. Ctrl-C (or SIGTERM with ``interrupts.install()``) stops the run: what finished
+    is kept, the verdict is ``incomplete``.
     """
     catalog = load_bound_catalog()
     chosen = (selection or Selection()).pick(catalog)
     run = SuiteRun()
     started = dt.datetime.now(dt.UTC).isoformat()
     if launcher == "env":
-        results = run_requirements(chosen, target, target_options, timeout_s)
+        try:
+            with interrupts.raising():
+                results = run_requirements(chosen, target, target_options, timeout_s)
+        except KeyboardInterrupt:  # the job's ranks stop together; rank 0 has no complete set to report
+            run.interrupted = True
+            return run
         if results is None:
             return run
         run.results = results
@@ -95,16 +123,23 @@ def run_suite(
     own_pools = pools is None
     pools = pools or PoolSet()
     try:
-        for req in chosen:
-            applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
-            for n in applicable[:1] if smallest_size_only else sizes:
-                result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s,
-                                  env=env)
-                run.results.append(result)
-                if progress:
-                    progress(result)
+        with interrupts.raising():
+            for req in chosen:
+                applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
+                for n in applicable[:1] if smallest_size_only else sizes:
+                    result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s,
+                                      env=env)
+                    if interrupts.requested():  # a signal during the case: its result is not to be trusted
+                        raise KeyboardInterrupt(interrupts.requested())
+                    run.results.append(result)
+                    if progress:
+                        progress(result)
     except KeyboardInterrupt:
         run.interrupted = True
+    except Exception:
+        if not interrupts.requested():
+            raise
+        run.interrupted = True  # e.g. a rank process that the Ctrl-C reached while it started
     finally:
         if own_pools:
             pools.close()
@@ -113,7 +148,7 @@ def run_suite(
 
 def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str) -> SuiteRun:
     """Apply the target's expectations and build the report."""
-    results, run.stale = apply_expectations(run.results, load_expectations(target), strict=False)
+    results, run.stale = apply_expectations(run.results, load_target_expectations(target), strict=False)
     run.results = results
     stack = make_target(target, target_options)
     environment = collect_environment(stack.environment())

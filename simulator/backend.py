@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import pickle
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -178,14 +178,14 @@ class SimProcessGroup(dist.ProcessGroup):
         parent.split_count += 1
         key = f"split/{parent.id}/{n}"
         me = self.my_global_rank
-        self._comm_store.set(f"{key}/color/{me}", pickle.dumps(members))
+        self._comm_store.set(f"{key}/color/{me}", json.dumps(members))  # data, never pickle, from a store
         rendezvous(self._comm_store, f"{key}/arrive", me, parent.members, self._timeout_s,
                    f"split #{n} of communicator {parent.id}")
         outside = [m for m in members or () if m not in parent.members]
         if outside:  # only reachable with the split_out_of_range_hang defect: wait for ranks that do not exist
             rendezvous(self._comm_store, f"{key}/color", me, outside, self._timeout_s,
                        f"split #{n} of communicator {parent.id} (ranks {outside} outside the parent)")
-        colors = {r: pickle.loads(v) for r, v in
+        colors = {r: json.loads(v) for r, v in
                   zip(parent.members, self._comm_store.multi_get([f"{key}/color/{r}" for r in parent.members]))}
         for rank, group in colors.items():  # every rank checks every colour: all raise, or none does
             for other in group or ():

@@ -4,39 +4,64 @@ A blocking store wait holds its connection, so every stream thread needs its own
 connection is usually sub-millisecond but, on some network stacks, every few connects stall for
 seconds; threads come and go with communicators, so connections are kept in an idle list and
 handed to the next thread instead of being opened anew.
+
+Connections are keyed by the root store object itself (weakly): when a world's store goes away,
+its connections, idle or held by a long-lived thread, are dropped and their sockets closed, and a
+new store that happens to reuse the old one's address never gets a connection to a dead server.
+At most MAX_IDLE connections per store are kept idle; the rest are closed.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch.distributed as dist
 
+MAX_IDLE = 4
 _lock = threading.Lock()
-_idle: dict[int, list[dist.Store]] = {}
+_idle: weakref.WeakKeyDictionary[dist.Store, list[dist.Store]] = weakref.WeakKeyDictionary()
 _local = threading.local()
+
+
+def _held() -> weakref.WeakKeyDictionary[dist.Store, dist.Store]:
+    held = getattr(_local, "held", None)
+    if held is None:
+        held = _local.held = weakref.WeakKeyDictionary()
+    return held
 
 
 def acquire(root: dist.Store) -> dist.Store:
     """This thread's own connection to ``root``'s server (reused, or cloned once)."""
-    held: dict[int, dist.Store] = _local.__dict__.setdefault("held", {})
-    key = id(root)
-    if key not in held:
+    held = _held()
+    conn = held.get(root)
+    if conn is None:
         with _lock:
-            pool = _idle.get(key)
+            pool = _idle.get(root)
             conn = pool.pop() if pool else None
         if conn is None:
             try:
                 conn = root.clone()
             except (RuntimeError, AttributeError):  # stores without clone() are shared as they are
                 conn = root
-        held[key] = conn
-    return held[key]
+        held[root] = conn
+    return conn
 
 
 def release_thread() -> None:
     """Return this thread's connections to the idle list (call when a stream thread ends)."""
-    held: dict[int, dist.Store] = _local.__dict__.pop("held", {})
+    held = _held()
+    _local.held = None
     with _lock:
-        for key, conn in held.items():
-            _idle.setdefault(key, []).append(conn)
+        for root, conn in list(held.items()):
+            if conn is root:
+                continue
+            idle = _idle.setdefault(root, [])
+            if len(idle) < MAX_IDLE:
+                idle.append(conn)
+
+
+def idle_count() -> int:
+    """How many idle connections are kept, over every live store."""
+    with _lock:
+        return sum(len(v) for v in _idle.values())

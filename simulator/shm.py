@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import mmap
 import os
+import re
+import threading
+import time
 
 import torch
 
 SHM_DIR = "/dev/shm"
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+# Names the simulator creates carry the creating pid: "<prefix><comm>.r<rank>.<pid>x<n>..." (prefix "cfm..." from
+# the runner or "sim..." standalone), and fault markers "simfault-<parent pid>-<crc>".
+_OWNED = re.compile(r"^(?:cfm|sim)\S*?\.r\d+\.(\d+)x\d+|^simfault-(\d+)-[0-9a-f]{8}$")
+_RUNNER = re.compile(r"^cfm(\d+)p\d+_")
+STALE_AFTER_S = 60.0  # a dead process's segment younger than this may still hold a message being received
+_created: set[str] = set()  # segments this process created and has not unlinked
+_created_owner = [os.getpid()]
+_PRUNE_AT = 1024
+_created_lock = threading.Lock()
+_swept = [False]
 
 
 def path(name: str) -> str:
@@ -25,6 +40,10 @@ def _map(fd: int, nbytes: int) -> torch.Tensor:
 def create(name: str, nbytes: int) -> torch.Tensor:
     """Create segment `name` of `nbytes` (> 0) bytes and return a uint8 tensor mapping it."""
     fd = os.open(path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    with _created_lock:
+        if len(_created) >= _PRUNE_AT:  # segments a receiver unlinked: forget them
+            _created.difference_update([n for n in _created if not os.path.exists(path(n))])
+        _created.add(name)
     try:
         os.ftruncate(fd, nbytes)
         return _map(fd, nbytes)
@@ -51,11 +70,66 @@ def exists(name: str) -> bool:
 
 def unlink(name: str) -> bool:
     """Remove segment `name`; return False if it was already gone. Existing mappings stay valid."""
+    with _created_lock:
+        _created.discard(name)
     try:
         os.unlink(path(name))
     except FileNotFoundError:
         return False
     return True
+
+
+@atexit.register
+def _unlink_created() -> None:
+    """At exit, remove what this process created and nobody unlinked (e.g. after an uncaught RankTimeout)."""
+    with _created_lock:
+        names = list(_created) if _created_owner[0] == os.getpid() else []
+    for name in names:
+        unlink(name)
+
+
+def _forget_in_child() -> None:
+    _created.clear()
+    _created_owner[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_dead(now: float | None = None) -> list[str]:
+    """Remove the simulator's segments whose creating process is dead (and, for a runner's prefix, whose
+    runner is dead too), once older than STALE_AFTER_S; return the names removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for name in os.listdir(SHM_DIR):
+        owned = _OWNED.match(name)
+        if owned is None:
+            continue
+        pid = int(owned.group(1) or owned.group(2))
+        runner = _RUNNER.match(name)
+        if _alive(pid) or (runner and _alive(int(runner.group(1)))):
+            continue
+        with contextlib.suppress(OSError):
+            if now - os.stat(path(name)).st_mtime >= STALE_AFTER_S and unlink(name):
+                removed.append(name)
+    return removed
+
+
+def sweep_dead_once() -> None:
+    """``sweep_dead`` the first time a process calls it."""
+    if not _swept[0]:
+        _swept[0] = True
+        sweep_dead()
 
 
 def sweep(prefix: str) -> list[str]:

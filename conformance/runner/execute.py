@@ -25,12 +25,29 @@ def _requirement(requirement_id: str) -> Requirement:
     raise KeyError(f"no requirement {requirement_id!r} in the spec")
 
 
-def _quiesce(store: Any, rank: int, world_size: int, timeout_s: float) -> None:
+# How long a rank waits for its peers after the body, at most, and at least past the check's own timeout.
+QUIESCE_MAX_S = 10.0
+QUIESCE_PAST_TIMEOUT_S = 1.0
+
+
+def _quiesce(store: Any, rank: int, world_size: int, wait_s: float) -> None:
     """Wait (bounded) until every rank has finished the check body, so no rank tears down
     communicators a peer is still reading from. A rank that never arrives is reported elsewhere."""
     store.set(f"done/{rank}", b"1")
+    if wait_s <= 0:
+        return
     with contextlib.suppress(Exception):  # a missing peer already produced its own outcome
-        store.wait([f"done/{r}" for r in range(world_size)], datetime.timedelta(seconds=timeout_s))
+        store.wait([f"done/{r}" for r in range(world_size)], datetime.timedelta(seconds=wait_s))
+
+
+def _quiesce_wait_s(outcome: Outcome, started: float, timeout_s: float) -> float:
+    """How long to wait for peers: not at all after an error (the runner stops the peers of a failed rank);
+    else until shortly past the check's timeout, so that a rank whose peer hangs still reports its own
+    outcome, naming the missing peer, before the runner gives up on it."""
+    if outcome is Outcome.ERROR:
+        return 0.0
+    past_timeout = started + timeout_s + QUIESCE_PAST_TIMEOUT_S - time.perf_counter()
+    return min(QUIESCE_MAX_S, max(QUIESCE_PAST_TIMEOUT_S, past_timeout))
 
 
 def run_check(
@@ -76,7 +93,7 @@ def run_check(
     except Exception as exc:  # noqa: BLE001 - any other exception is the check's error outcome
         outcome, detail, tb = Outcome.ERROR, f"rank {rank}: {type(exc).__name__}: {exc}", traceback.format_exc()
     finally:
-        _quiesce(store, rank, world_size, min(timeout_s, 10.0))
+        _quiesce(store, rank, world_size, _quiesce_wait_s(outcome, started, timeout_s))
         try:
             target.teardown()
         finally:

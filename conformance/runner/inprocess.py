@@ -13,8 +13,8 @@ store timeout.
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 from datetime import timedelta
 from typing import Any
 
@@ -50,11 +50,11 @@ def run_requirements(requirements: list[Requirement], target: str, target_option
         prefix = dist.PrefixStore(f"conformance/check{i}/", store)
         value = run_check(rank, world_size, dist.PrefixStore("run/", prefix), req.id, target, target_options,
                           timeout_s)
-        prefix.set(f"outcome/{rank}", pickle.dumps(value))
+        prefix.set(f"outcome/{rank}", json.dumps(value))  # the store may be remote: data only, never pickle
         if rank == 0:
             keys = [f"outcome/{r}" for r in range(world_size)]
             prefix.wait(keys)
-            values = [pickle.loads(prefix.get(k)) for k in keys]
+            values = [json.loads(prefix.get(k)) for k in keys]
             outcome, detail, ranks = aggregate_values(values)
             results.append(case_result(req, target, world_size, outcome, detail,
                                        max(v["duration_s"] for v in values), ranks))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -57,6 +58,15 @@ def _entry(rep: RankReport) -> dict[str, Any]:
             "traceback": rep.traceback, "notes": [], "status": rep.status, "exitcode": rep.exitcode}
 
 
+def _hung(rep: RankReport, timeout_s: float) -> RankReport:
+    """A rank abandoned after a peer failed, but only past the check's own timeout (which bounds every wait
+    of a check), is itself hung: it is reported as timed out, not as a casualty of its peer."""
+    if rep.status != "aborted" or rep.duration_s < timeout_s:
+        return rep
+    return replace(rep, status="timeout",
+                   error=f"no result after {rep.duration_s:.1f} s (the check's timeout is {timeout_s:g} s)")
+
+
 def aggregate_values(values: list[dict[str, Any]]) -> tuple[Outcome, str, list[dict[str, Any]]]:
     """Combine per-rank outcome dicts: the worst outcome wins; its details are kept, once each."""
     ranks = [{k: v[k] for k in v if k != "duration_s"} for v in values]
@@ -105,9 +115,10 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
             {"requirement_id": requirement.id, "target_name": target_name,
              "target_options": target_options, "timeout_s": timeout_s, "env": env},
             timeout_s + POOL_GRACE_S,
+            failed=lambda value: isinstance(value, dict) and value.get("outcome") == Outcome.ERROR.value,
         )
     finally:
         if isolated:
             pool.close()
-    outcome, detail, ranks = aggregate(reports)
+    outcome, detail, ranks = aggregate([_hung(rep, timeout_s) for rep in reports])
     return case_result(requirement, target_name, world_size, outcome, detail, time.perf_counter() - started, ranks)

@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from multiprocess.reduction import ForkingPickler
 from conformance.runner import worker
 
 START_TIMEOUT_S = 120.0  # spawn on a loaded 2-core machine can take a while
-CRASH_GRACE_S = 2.0  # how long peers of a crashed rank may still answer
+PEER_GRACE_S = 0.5  # how long peers of a crashed or failed rank may still answer before they are killed
 TERM_GRACE_S = 0.5  # SIGTERM -> SIGKILL
 STACK_WAIT_S = 1.0  # how long to wait for a faulthandler dump
 
@@ -54,6 +55,26 @@ class _Worker:
     process: Any
     conn: Any
     stack_path: str
+    stack_mark: int = 0
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _fatal_stack(w: _Worker) -> str:
+    """The faulthandler dump a fatal signal (SIGSEGV, SIGABRT, ...) wrote during this run, or ""."""
+    try:
+        with open(w.stack_path) as f:
+            f.seek(w.stack_mark)
+            text = f.read()
+    except OSError:
+        return ""
+    return f"Python stacks of rank {w.rank} (pid {w.process.pid}) at the crash:\n{_readable_stack(text)}" \
+        if text.strip() else ""
 
 
 def _exit_reason(code: int | None) -> str:
@@ -79,6 +100,25 @@ def _readable_stack(dump: str) -> str:
                 break
         kept.append("\n".join(lines))
     return "\n\n".join(kept)
+
+
+def _closed(proc: Any) -> bool:
+    """True for a Process object already closed (its pid and sentinel released)."""
+    try:
+        proc.is_alive()
+    except ValueError:
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Any:
+    """Block SIGINT and SIGTERM in this thread (so in the processes it forks) for the block's duration."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, worker.STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _dump_stacks(workers: list[_Worker]) -> dict[int, str]:
@@ -132,7 +172,11 @@ class RankPool:
         self._lock = threading.Lock()
         self._closed = False
         _track(self)
-        self._start()
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def pids(self) -> list[int]:
@@ -144,21 +188,24 @@ class RankPool:
     def _start(self) -> None:
         sys.stdout.flush()  # or the workers inherit, and later print, what is still buffered
         sys.stderr.flush()
-        for rank in range(self.world_size):
-            parent_conn, child_conn = self._ctx.Pipe()
-            stack_path = os.path.join(self._stack_dir, f"rank{rank}.stack")
-            proc = self._ctx.Process(
-                target=worker.main,
-                args=(rank, child_conn),
-                kwargs={"world_size": self.world_size, "parent_pid": os.getpid(), "env": self._env,
-                        "stack_path": stack_path},
-                name=f"cfm-pool{self.pool_id}-rank{rank}",
-            )
-            proc.start()
-            child_conn.close()
-            self._workers.append(_Worker(rank, proc, parent_conn, stack_path))
-        self.rebuilds += 1
         try:
+            # A SIGINT/SIGTERM that arrives while forking waits until every worker exists (and has set its
+            # own handlers), then reaches this process: it is neither lost nor half-handled in a new child.
+            with _signals_blocked():
+                for rank in range(self.world_size):
+                    parent_conn, child_conn = self._ctx.Pipe()
+                    stack_path = os.path.join(self._stack_dir, f"rank{rank}.stack")
+                    proc = self._ctx.Process(
+                        target=worker.main,
+                        args=(rank, child_conn),
+                        kwargs={"world_size": self.world_size, "parent_pid": os.getpid(), "env": self._env,
+                                "stack_path": stack_path},
+                        name=f"cfm-pool{self.pool_id}-rank{rank}",
+                    )
+                    proc.start()
+                    child_conn.close()
+                    self._workers.append(_Worker(rank, proc, parent_conn, stack_path))
+            self.rebuilds += 1
             port = self._serve_store()
             for w in self._workers:
                 w.conn.send(("store", port))
@@ -200,8 +247,11 @@ class RankPool:
                 raise RuntimeError(f"rank {dead[0].rank} of a new pool died at start ({reason})")
 
     def _kill(self) -> None:
-        """Kill every worker (SIGTERM, then SIGKILL), drop the store, remove this pool's shm files."""
-        procs = [w.process for w in self._workers]
+        """Kill every worker (SIGTERM, then SIGKILL), drop the store, remove this pool's shm files.
+
+        Safe to call again after an interrupted call (a Process already closed is skipped).
+        """
+        procs = [w.process for w in self._workers if not _closed(w.process)]
         for proc in procs:
             if proc.is_alive():
                 with contextlib.suppress(OSError):
@@ -235,11 +285,14 @@ class RankPool:
 
     # -- running ---------------------------------------------------------------------------------
 
-    def run(self, task: str, kwargs: dict, timeout_s: float) -> list[RankReport]:
+    def run(self, task: str, kwargs: dict, timeout_s: float,
+            failed: Callable[[Any], bool] | None = None) -> list[RankReport]:
         """Run ``task`` ("package.module:function") on every rank; one report per rank, in rank order.
 
         Each rank calls ``function(rank=r, world_size=N, store=<PrefixStore fresh for this run>,
-        **kwargs)``. Waits at most ``timeout_s`` for all ranks.
+        **kwargs)``. Waits at most ``timeout_s`` for all ranks. Once a rank crashes, raises, or returns
+        a value ``failed`` accepts, the others get PEER_GRACE_S more; those still running are then
+        reported "aborted" (with their stacks) and the pool is rebuilt.
         """
         with self._lock:
             if self._closed:
@@ -247,10 +300,13 @@ class RankPool:
             if not self._workers or not all(w.process.is_alive() for w in self._workers):
                 self._kill()
                 self._start()
-            return self._run(task, kwargs, timeout_s)
+            return self._run(task, kwargs, timeout_s, failed)
 
-    def _run(self, task: str, kwargs: dict, timeout_s: float) -> list[RankReport]:
+    def _run(self, task: str, kwargs: dict, timeout_s: float,
+             failed: Callable[[Any], bool] | None) -> list[RankReport]:
         run_id = next(self._run_ids)
+        for w in self._workers:  # where a fatal signal's faulthandler dump of this run will start
+            w.stack_mark = _size(w.stack_path)
         payload = bytes(ForkingPickler.dumps(("run", run_id, task, kwargs)))
         started = time.monotonic()
         for w in self._workers:
@@ -260,6 +316,7 @@ class RankPool:
         by_handle = {h: w for w in self._workers for h in (w.conn, w.process.sentinel)}
         deadline = started + timeout_s
         crashed: list[int] = []
+        broken: list[int] = []  # ranks that raised or whose value ``failed`` accepts
         while len(reports) < self.world_size:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -272,15 +329,19 @@ class RankPool:
                 report = self._receive(w, run_id, started)
                 if report is not None:
                     reports[w.rank] = report
-                    if report.status == "crashed":
-                        crashed.append(w.rank)
-                        deadline = min(deadline, time.monotonic() + CRASH_GRACE_S)
+                    bad = crashed if report.status == "crashed" else broken if report.status == "raised" or (
+                        report.status == "ok" and failed is not None and failed(report.value)) else None
+                    if bad is not None:
+                        bad.append(w.rank)
+                        deadline = min(deadline, time.monotonic() + PEER_GRACE_S)
         missing = [w for w in self._workers if w.rank not in reports]
         if missing:
             stacks = _dump_stacks(missing)
             elapsed = time.monotonic() - started
             if crashed:
                 status, error = "aborted", f"abandoned after rank(s) {crashed} crashed"
+            elif broken:
+                status, error = "aborted", f"no result {elapsed:.1f} s into the run, after rank(s) {broken} failed"
             else:
                 status, error = "timeout", f"no result after {timeout_s:g} s"
             for w in missing:
@@ -309,7 +370,7 @@ class RankPool:
         if w.process.exitcode is None:  # pipe readable but process alive and silent: not an answer
             return None
         code = w.process.exitcode
-        return RankReport(w.rank, "crashed", error=_exit_reason(code), exitcode=code,
+        return RankReport(w.rank, "crashed", error=_exit_reason(code), traceback=_fatal_stack(w), exitcode=code,
                           duration_s=time.monotonic() - started)
 
 
@@ -362,16 +423,12 @@ def _track(pool: RankPool) -> None:
     atexit.register(_close_live)
     if threading.current_thread() is not threading.main_thread():
         return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_IGN or previous is None:
-        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # the process handles SIGTERM itself (the CLI stops the run and closes its pools)
 
     def on_sigterm(signum: int, frame: Any) -> None:
         _close_live()
-        if callable(previous):
-            previous(signum, frame)
-        else:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_sigterm)

@@ -28,6 +28,7 @@ LOOPBACK = "127.0.0.1"
 SHM_PREFIX_ENV = "CONFORMANCE_SHM_PREFIX"
 WATCH_THREAD_NAME = "cfm-parent-watch"
 _PARENT_POLL_S = 0.2
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 _tasks: dict[str, Callable[..., Any]] = {}
 
@@ -81,11 +82,13 @@ def main(
     """Entry point of one rank process (the ``multiprocess.Process`` target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked copy of the parent's handler must not run here
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # the pool blocks them while it forks
     os.environ.update(env)
     # N ranks share few cores: torch's default intra-op threads would spin against each other.
     torch.set_num_threads(int(os.environ.get("CONFORMANCE_RANK_THREADS", "1")))
     stack_file = open(stack_path, "w")  # noqa: SIM115 - faulthandler writes to it for the process lifetime
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    faulthandler.enable(file=stack_file, all_threads=True)  # a segfault's stack goes where the pool reads it
     threading.Thread(target=_watch_parent, args=(parent_pid,), name=WATCH_THREAD_NAME, daemon=True).start()
     try:
         _, port = conn.recv()

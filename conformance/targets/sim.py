@@ -33,6 +33,7 @@ class SimTarget(Target):
         for name in defects:
             if name not in simulator.defects.DEFECTS:
                 raise ValueError(f"sim target: unknown defect {name!r}; known: {sorted(simulator.defects.DEFECTS)}")
+        simulator.faults.check_env()  # a malformed SIM_FAULT is refused here, not in every check
         self.path = path
         self.defects = tuple(defects)
 

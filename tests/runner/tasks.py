@@ -69,3 +69,86 @@ def make_shm_file(rank: int, world_size: int, store: Any) -> str:
 
 def unpicklable(rank: int, world_size: int, store: Any) -> Any:
     return (i for i in range(1))  # generators do not pickle, even with dill
+
+
+def segfault_on(rank: int, world_size: int, store: Any, bad_rank: int) -> int:
+    """The bad rank dies of SIGSEGV inside this function."""
+    if rank == bad_rank:
+        import ctypes
+
+        ctypes.string_at(0)
+    store.get("from-bad-rank")
+    return rank
+
+
+def exit_at_recorded_time(rank: int, world_size: int, store: Any, bad_rank: int, path: str) -> int:
+    """The bad rank writes the time it exits to ``path`` and exits; its peers block on a key never set."""
+    if rank == bad_rank:
+        with open(path, "w") as f:
+            f.write(repr(time.time()))
+        os._exit(3)
+    store.get("from-bad-rank")
+    return rank
+
+
+def fds_over_reinits(rank: int, world_size: int, store: Any, rounds: int, fresh_store: bool) -> dict:
+    """Init a simulator world ``rounds`` times (with a new_group each time), on a fresh TCPStore each time or
+    on the pool's store; the fd count after each round."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    import simulator
+
+    simulator.register()
+    counts = {}
+    for i in range(rounds):
+        if not fresh_store:
+            fresh = dist.PrefixStore(f"world{i}/", store)
+        elif rank == 0:
+            fresh = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                  timeout=datetime.timedelta(seconds=30))
+            store.set(f"port/{i}", str(fresh.port))
+        else:
+            port = int(store.get(f"port/{i}"))
+            fresh = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
+                                  timeout=datetime.timedelta(seconds=30))
+        dist.init_process_group("cpu:sim", store=fresh, rank=rank, world_size=world_size)
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        group = dist.new_group(list(range(world_size)))
+        dist.all_reduce(t, group=group)
+        dist.barrier()
+        for step in ("ops", "destroyed"):  # the store host goes last, once no rank uses its store
+            store.set(f"{step}/{i}/{rank}", "1")
+            store.wait([f"{step}/{i}/{r}" for r in range(world_size)])
+            if step == "ops":
+                dist.destroy_process_group()
+        del fresh, group
+        counts[i + 1] = len(os.listdir("/proc/self/fd"))
+    return counts
+
+
+def split_and_p2p_without_pickle(rank: int, world_size: int, store: Any, requirement_id: str) -> dict:
+    """Run a simulator check with pickle.loads wrapped to record calls made from the simulator's code."""
+    import pickle
+    import sys
+
+    from conformance.runner.execute import run_check
+
+    calls: list[str] = []
+    real = pickle.loads
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_code.co_filename
+        if f"{os.sep}simulator{os.sep}" in caller:  # torch's own config snapshots may unpickle locally
+            calls.append(caller)
+        return real(*args, **kwargs)
+
+    pickle.loads = refuse
+    try:
+        value = run_check(rank, world_size, store, requirement_id, "sim", None, 20.0)
+    finally:
+        pickle.loads = real
+    return {"outcome": value["outcome"], "detail": value["detail"], "unpickles": len(calls)}

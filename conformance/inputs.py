@@ -1,0 +1,61 @@
+"""Validation of user input (CLI flags, pytest options): refused before anything runs, one line each."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+# The pool launcher forks one process per rank on this host; beyond this it would fork without bound.
+MAX_WORLD_SIZE = 64
+_ONE_RANK = ("world size 1 is refused: every requirement is about what ranks exchange (splits, point-to-point, "
+             "coalescing), which one rank cannot exercise; use 2 or more")
+
+
+class InputError(ValueError):
+    """A value given by the user that the suite refuses; the message names the value."""
+
+
+def world_sizes(text: str) -> list[int]:
+    """Parse ``"2,4"`` into sorted unique sizes, each in [2, MAX_WORLD_SIZE]."""
+    try:
+        sizes = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"world sizes must be comma-separated integers, got {text!r}") from None
+    if not sizes:
+        raise InputError(f"world sizes: none given in {text!r}")
+    for n in sizes:
+        if n < 1:
+            raise InputError(f"world sizes must be positive, got {n} in {text!r}")
+        if n == 1:
+            raise InputError(_ONE_RANK)
+        if n > MAX_WORLD_SIZE:
+            raise InputError(f"world size {n} is above the bound of {MAX_WORLD_SIZE} rank processes per host")
+    return sorted(set(sizes))
+
+
+def timeout(text: str | float) -> float:
+    """A per-check timeout in seconds: a finite number above zero."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise InputError(f"timeout must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"timeout must be a finite number of seconds above 0, got {text!r}")
+    return value
+
+
+def report_dir(path: Path) -> Path:
+    """Create ``path`` if needed and prove a file can be written there; else InputError naming it."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"report dir {str(path)!r} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"report dir {str(path)!r} is not writable: {exc.strerror or exc}") from None
+    return path
