@@ -9,8 +9,6 @@ from pathlib import Path
 
 # The pool launcher forks one process per rank on this host; beyond this it would fork without bound.
 MAX_WORLD_SIZE = 64
-_ONE_RANK = ("world size 1 is refused: every requirement is about what ranks exchange (splits, point-to-point, "
-             "coalescing), which one rank cannot exercise; use 2 or more")
 
 
 class InputError(ValueError):
@@ -18,7 +16,10 @@ class InputError(ValueError):
 
 
 def world_sizes(text: str) -> list[int]:
-    """Parse ``"2,4"`` into sorted unique sizes, each in [2, MAX_WORLD_SIZE]."""
+    """Parse ``"2,4"`` into sorted unique sizes, each in [1, MAX_WORLD_SIZE].
+
+    World size 1 is accepted (a single-GPU host runs NCCL at 1 rank): a requirement runs there only if
+    its spec lists 1 among its world sizes; the others skip as needing 2 ranks."""
     try:
         sizes = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
@@ -28,8 +29,6 @@ def world_sizes(text: str) -> list[int]:
     for n in sizes:
         if n < 1:
             raise InputError(f"world sizes must be positive, got {n} in {text!r}")
-        if n == 1:
-            raise InputError(_ONE_RANK)
         if n > MAX_WORLD_SIZE:
             raise InputError(f"world size {n} is above the bound of {MAX_WORLD_SIZE} rank processes per host")
     return sorted(set(sizes))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,7 @@ def test_bad_timeout(value, command, tmp_path, capsys, no_pool) -> None:
     assert "--timeout" in line and repr(value) in line
 
 
-@pytest.mark.parametrize(("sizes", "says"), [("1", "world size 1 is refused"), ("2,1000", "world size 1000"),
+@pytest.mark.parametrize(("sizes", "says"), [("2,1000", "world size 1000"),
                                              ("0", "positive, got 0")])
 def test_bad_world_sizes(sizes, says, tmp_path, capsys, no_pool) -> None:
     line = _refused([*_run(tmp_path), "--world-sizes", sizes], capsys)
@@ -106,3 +107,12 @@ def test_pytest_options_are_usage_errors(option, says) -> None:
     assert proc.returncode == 4, proc.stdout[-1500:] + proc.stderr[-1500:]  # pytest.ExitCode.USAGE_ERROR
     assert says in proc.stderr
     assert "passed" not in proc.stdout and "failed" not in proc.stdout
+
+
+def test_world_size_one_skips_what_needs_two_ranks(tmp_path, capsys, no_pool) -> None:
+    """World size 1 is accepted (single-GPU hosts), but nothing that needs peers runs: the run is incomplete."""
+    code = main(["run", "--target", "sim", "--world-sizes", "1", "--area", "p2p", "--report-dir", str(tmp_path)])
+    report = json.loads((tmp_path / "sim.json").read_text())
+    assert code == 3 and report["verdict"] == "incomplete"
+    assert {r["outcome"] for r in report["results"]} == {"skip"}
+    assert any("needs at least 2 ranks" in r["detail"] for r in report["results"])

@@ -37,7 +37,8 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
     if not requirement.applies_to_torch(torch.__version__):
         return Outcome.SKIP, f"requirement applies to torch {requirement.torch}, not {torch.__version__}"
     if not requirement.applies_to_world_size(world_size):
-        return Outcome.SKIP, f"requirement runs at world sizes {list(requirement.world_sizes)} only"
+        return Outcome.SKIP, (f"requirement runs at world sizes {list(requirement.world_sizes)} only"
+                              if requirement.world_sizes else "requirement needs at least 2 ranks")
     missing = [c for c in requirement.capabilities if c not in target.capabilities]
     observe = [c for c in missing if c.startswith("observe:")]
     if missing and len(observe) < len(missing):

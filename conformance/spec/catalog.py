@@ -46,8 +46,9 @@ class Requirement:
         return Version(Version(version).base_version) in SpecifierSet(self.torch)
 
     def applies_to_world_size(self, world_size: int) -> bool:
-        """True when the requirement runs at ``world_size`` (all sizes if none listed)."""
-        return not self.world_sizes or world_size in self.world_sizes
+        """True when the requirement runs at ``world_size``: one of those listed, else any size from 2
+        (what ranks exchange cannot be exercised by one rank)."""
+        return world_size in self.world_sizes if self.world_sizes else world_size >= 2
 
 
 @cache

@@ -55,7 +55,7 @@ class _Pools:
         self.calls.append(f"fresh:{start_method}")
         return self
 
-    def run(self, task, kwargs, timeout_s):
+    def run(self, task, kwargs, timeout_s, failed=None):
         from conformance.runner.pool import RankReport
         self.calls.append("run")
         return [RankReport(0, "ok", {"rank": 0, "outcome": "pass", "detail": "", "notes": []})]
