@@ -260,19 +260,22 @@ class SimProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     # --- launches ----------------------------------------------------------------------------
-    def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False) -> SimWork:
+    def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False,
+                outputs: list[Any] | None = None) -> SimWork:
         faults.maybe_inject(self.my_global_rank, op)
-        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced))
+        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs)
 
-    def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool) -> SimWork | None:
+    def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool,
+                   outputs: list[torch.Tensor] | None = None) -> SimWork | None:
         """One launch, one exchange for a whole coalesced block (``run(fabric, which_ops)``)."""
         if defects.active("coalesced_drops_tail"):
             count = min(count, 1)
         if defects.active("coalesced_per_op_launch"):
-            works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1))) for i in range(count)]
+            works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1)), outputs=outputs) for i in range(count)]
             work = works[-1] if works else None
         else:
-            work = self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True)
+            work = self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True,
+                                outputs=outputs)
         if async_op and defects.active("coalesced_async_no_works"):
             return None
         return work
@@ -280,21 +283,22 @@ class SimProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """In-place all-reduce."""
         op = reduce_op_name(opts.reduceOp) if opts is not None else "sum"
-        return self._launch("allreduce", lambda f: f.all_reduce(tensors, op))
+        return self._launch("allreduce", lambda f: f.all_reduce(tensors, op), outputs=tensors)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork | None:
         """All tensors of a coalesced block in one launch and one exchange."""
         op = reduce_op_name(opts.reduceOp)
         return self._coalesced("allreduce", lambda f, s: f.all_reduce(tensors[s], op), len(tensors),
-                               bool(getattr(opts, "asyncOp", False)))
+                               bool(getattr(opts, "asyncOp", False)), outputs=tensors)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
         """all_gather into a list of tensors."""
-        return self._launch("allgather", lambda f: f.all_gather(outputs[0], inputs[0]))
+        return self._launch("allgather", lambda f: f.all_gather(outputs[0], inputs[0]), outputs=outputs[0])
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         """all_gather_into_tensor."""
-        return self._launch("allgather_into_tensor", lambda f: f.all_gather_into_tensor([output], [input]))
+        return self._launch("allgather_into_tensor", lambda f: f.all_gather_into_tensor([output], [input]),
+                            outputs=[output])
 
     _allgather_base = all_gather_single
 
@@ -302,14 +306,15 @@ class SimProcessGroup(dist.ProcessGroup):
                                     opts: Any = None) -> SimWork | None:
         """Coalesced all_gather_into_tensor."""
         return self._coalesced("allgather_into_tensor", lambda f, s: f.all_gather_into_tensor(outputs[s], inputs[s]),
-                               len(inputs), bool(getattr(opts, "asyncOp", False)))
+                               len(inputs), bool(getattr(opts, "asyncOp", False)), outputs=outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         """reduce_scatter_tensor."""
         op = reduce_op_name(opts.reduceOp)
-        return self._launch("reduce_scatter_tensor", lambda f: f.reduce_scatter_tensor([output], [input], op))
+        return self._launch("reduce_scatter_tensor", lambda f: f.reduce_scatter_tensor([output], [input], op),
+                            outputs=[output])
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -319,18 +324,18 @@ class SimProcessGroup(dist.ProcessGroup):
         op = reduce_op_name(opts.reduceOp)
         return self._coalesced("reduce_scatter_tensor",
                                lambda f, s: f.reduce_scatter_tensor(outputs[s], inputs[s], op), len(inputs),
-                               bool(getattr(opts, "asyncOp", False)))
+                               bool(getattr(opts, "asyncOp", False)), outputs=outputs)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Broadcast from opts.rootRank (group rank)."""
-        return self._launch("broadcast", lambda f: f.broadcast(tensors, opts.rootRank))
+        return self._launch("broadcast", lambda f: f.broadcast(tensors, opts.rootRank), outputs=tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Reduce to opts.rootRank."""
         op = reduce_op_name(opts.reduceOp)
-        return self._launch("reduce", lambda f: f.reduce(tensors, opts.rootRank, op))
+        return self._launch("reduce", lambda f: f.reduce(tensors, opts.rootRank, op), outputs=tensors)
 
     def barrier(self, opts: Any = None) -> SimWork:
         """Barrier over the group communicator."""
@@ -340,9 +345,42 @@ class SimProcessGroup(dist.ProcessGroup):
                           input_split_sizes: list[int], opts: Any = None) -> SimWork:
         """all_to_all_single with optional split sizes."""
         return self._launch("all_to_all_single", lambda f: f.all_to_all_single(
-            output, input, output_split_sizes or None, input_split_sizes or None))
+            output, input, output_split_sizes or None, input_split_sizes or None), outputs=[output])
 
     alltoall_base = all_to_all_single
+
+    # --- rooted and list-form collectives (those ProcessGroupGloo also implements on CPU) ----------
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """gather to opts.rootRank (the root passes one output list, other ranks none)."""
+        root, outs = opts.rootRank, outputs[0] if outputs else []
+        return self._launch("gather", lambda f: f.gather(outs, inputs[0], root), outputs=outs)
+
+    def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
+        """gather into one tensor on opts.rootRank (torch 2.15's gather_single)."""
+        root = opts.rootRank
+        return self._launch("gather_single", lambda f: f.gather_single(output, input, root),
+                            outputs=[output] if self.rank() == root else [])
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> SimWork:
+        """scatter from opts.rootRank (the root passes one input list, other ranks none)."""
+        root, ins = opts.rootRank, inputs[0] if inputs else []
+        return self._launch("scatter", lambda f: f.scatter(outputs[0], ins, root), outputs=outputs)
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """all_to_all over lists of tensors (sizes may differ between pairs)."""
+        return self._launch("alltoall", lambda f: f.all_to_all(outputs, inputs), outputs=outputs)
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any = None) -> SimWork:
+        """reduce_scatter over a list of input tensors."""
+        op = reduce_op_name(opts.reduceOp)
+        return self._launch("reduce_scatter", lambda f: f.reduce_scatter(outputs[0], inputs[0], op), outputs=outputs)
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> SimWork:
+        """all_gather of a list of tensors in one launch: outputs[rank][k] := that rank's inputs[k]."""
+        return self._launch("allgather_coalesced", lambda f: f.all_gather_coalesced(outputs, inputs),
+                            ops=len(inputs), coalesced=True, outputs=outputs)
 
     # --- point to point -----------------------------------------------------------------------
     def _warn_lazy_p2p(self) -> None:
@@ -371,7 +409,8 @@ class SimProcessGroup(dist.ProcessGroup):
             comm = self._pair_comms[pair]
         return comm, comm.local(peer), stream
 
-    def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any]) -> SimWork | None:
+    def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any],
+             tensors: list[torch.Tensor] | None = None) -> SimWork | None:
         if peer == self.rank() or not 0 <= peer < self.size():
             what = "destination" if op == "send" else "source"
             raise ValueError(f"rank {self.my_global_rank}: {op}: invalid {what} group rank {peer} "
@@ -382,12 +421,12 @@ class SimProcessGroup(dist.ProcessGroup):
             self._coalescing.append((op, lambda f, lp=local_peer: fn(f, lp)))
             return None
         fut = comm.launch(op, lambda f: fn(f, local_peer), stream=stream)
-        return SimWork(fut, source_rank=peer, p2p=True)
+        return SimWork(fut, source_rank=peer, p2p=True, outputs=tensors)
 
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimWork | None:
         """Buffered send to group rank dstRank."""
         t = tensors[0]
-        return self._p2p("send", dstRank, lambda f, p: f.send(t, p, tag))
+        return self._p2p("send", dstRank, lambda f, p: f.send(t, p, tag), tensors)
 
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> SimWork | None:
         """Receive from group rank srcRank."""
@@ -401,7 +440,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     raise
             return srcRank
 
-        return self._p2p("recv", srcRank, receive)
+        return self._p2p("recv", srcRank, receive, tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
         """Receive from whichever rank sends first (needs the group communicator)."""
@@ -417,7 +456,7 @@ class SimProcessGroup(dist.ProcessGroup):
             return 0 if defects.active("p2p_anysource_wrong_rank") else src
 
         fut = comm.launch("recv", any_source, stream="p2p:any")
-        return SimWork(fut, p2p=True)
+        return SimWork(fut, p2p=True, outputs=tensors)
 
     def _start_coalescing(self, device: Any) -> None:
         self._coalescing = []

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from simulator import connections, shm
+from simulator.collectives import ListCollectives
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.reduction import dtype_name, reduce_into, unsupported
 
@@ -96,7 +97,7 @@ class _Op:
     offs: list[int]
 
 
-class Fabric:
+class Fabric(ListCollectives):
     """Blocking data plane of one communicator on one rank.
 
     Ranks and roots passed to methods are local indices into `members`. Collectives must be issued
