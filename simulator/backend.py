@@ -417,6 +417,8 @@ class SimProcessGroup(dist.ProcessGroup):
                              f"(group of size {self.size()}, own rank {self.rank()})")
         faults.maybe_inject(self.my_global_rank, op)
         comm, local_peer, stream = self._p2p_comm(peer)
+        if op == "recv":  # posted now, in program order: rendezvous sends wait for this
+            comm.fabric.post_receive(local_peer)
         if self._coalescing is not None:
             self._coalescing.append((op, lambda f, lp=local_peer: fn(f, lp)))
             return None
@@ -450,6 +452,7 @@ class SimProcessGroup(dist.ProcessGroup):
                 "(bind a device at init): lazily created pair communicators have no any-source receive"
             )
         comm = self._comm
+        comm.fabric.post_receive(None)
         t = tensors[0]
         def any_source(f: Fabric) -> int:
             src = self._global_ranks.index(comm.members[f.recv(t, None, tag)])

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from simulator import connections, shm
+from simulator import connections, rendezvous, shm
 from simulator.collectives import ListCollectives
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.reduction import dtype_name, reduce_into, unsupported
@@ -143,6 +143,7 @@ class Fabric(ListCollectives):
         self._arrivals = 0
         self._poppers: set[int] = set()
         self._outbox: list[str] = []
+        self.rendezvous_bytes = rendezvous.threshold_bytes()
 
     # ----------------------------------------------------------------- helpers
     def _g(self, local: int) -> int:
@@ -459,7 +460,8 @@ class Fabric(ListCollectives):
 
     # -------------------------------------------------------------------- P2P
     def send(self, tensor: Tensor, dst: int, tag: int) -> None:
-        """Buffered send: returns once the data sits in shared memory and the envelope is queued."""
+        """Send: returns once the data sits in shared memory and the envelope is posted, and, for a
+        rendezvous-sized message (see simulator.rendezvous), once the receiver has posted its recv."""
         if self._closed:
             raise SimError(f"{self._where()}: send on rank {self._g(self.me)} after close()")
         st = self._st()
@@ -483,6 +485,15 @@ class Fabric(ListCollectives):
         envelope = {"k": k, "tag": tag, "dt": dtype_name(tensor.dtype), "shape": list(tensor.shape),
                     "g": name}
         st.set(f"p/{self.me}>{dst}/{k}", json.dumps(envelope))
+        if self.rendezvous_bytes is not None and _nbytes(tensor) >= self.rendezvous_bytes:
+            rendezvous.wait_posted(st, me=self.me, dst=dst, k=k, timeout_s=self.timeout_s,
+                                   what=f"send #{k} of {_tdesc(tensor)} (tag {tag})",
+                                   names=(f"rank {self._g(self.me)}", f"rank {self._g(dst)}"), where=self._where())
+
+    def post_receive(self, src: int | None) -> None:
+        """Record, when the application issues it, a receive from local rank `src` (None: any)."""
+        if self.rendezvous_bytes is not None:
+            rendezvous.post_receive(self._st(), src, self.me)
 
     def recv(self, tensor: Tensor, src: int | None, tag: int) -> int:
         """Receive the oldest message with `tag` from `src` (any member if None); return its local src."""
@@ -491,28 +502,47 @@ class Fabric(ListCollectives):
         srcs = list(range(self.n)) if src is None else [src]
         deadline = time.monotonic() + self.timeout_s
         delay = 5e-5
-        while True:
-            hit = self._take(srcs, tag)
-            if hit is not None:
-                return self._consume(tensor, hit[0], hit[1], tag)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                who = "any rank" if src is None else f"rank {self._g(src)}"
-                nxt = "" if src is None else f" (seq: message #{self._recvd[src]} on that channel)"
-                raise RankTimeout(f"{self._where()}: recv(tag={tag}) on rank {self._g(self.me)}: no matching "
-                                  f"message from {who} within {self.timeout_s:g}s{nxt}")
-            if src is not None and self._claim(src):
-                try:
-                    self._pop(src, remaining)
-                finally:
-                    with self._p2p_lock:
-                        self._poppers.discard(src)
-                continue
-            if any(self._try_pop(j) for j in srcs):
-                delay = 5e-5
-                continue
-            time.sleep(min(delay, remaining))
-            delay = min(2 * delay, _POLL_MAX_S)
+        blocked = False
+        try:
+            while True:
+                hit = self._take(srcs, tag)
+                if hit is not None:
+                    return self._consume(tensor, hit[0], hit[1], tag)
+                if not blocked and self.rendezvous_bytes is not None:  # peers' deadlock reports name it
+                    who = "any rank" if src is None else f"rank {self._g(src)}"
+                    self._st().set(rendezvous.blocked_key(self.me), f"recv of {_tdesc(tensor)} (tag {tag}) from {who}")
+                    blocked = True
+                arrived = self._wait_message(srcs, src, tag, deadline, delay)
+                delay = 5e-5 if arrived else min(2 * delay, _POLL_MAX_S)
+        except RankTimeout:
+            blocked = False  # the key stays: the peer's own report names this receive
+            raise
+        finally:
+            if blocked:
+                self._st().delete_key(rendezvous.blocked_key(self.me))
+
+    def _wait_message(self, srcs: list[int], src: int | None, tag: int, deadline: float, delay: float) -> bool:
+        """Wait (at most until `deadline`) for an envelope from `srcs`; True if one may have arrived."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            who = "any rank" if src is None else f"rank {self._g(src)}"
+            nxt = "" if src is None else f" (seq: message #{self._recvd[src]} on that channel)"
+            peer = ""
+            if src is not None and self.rendezvous_bytes is not None:
+                peer = f"; rank {self._g(src)} {rendezvous.peer_state(self._st(), src)}"
+            raise RankTimeout(f"{self._where()}: recv(tag={tag}) on rank {self._g(self.me)}: no matching "
+                              f"message from {who} within {self.timeout_s:g}s{nxt}{peer}")
+        if src is not None and self._claim(src):
+            try:
+                self._pop(src, remaining)
+            finally:
+                with self._p2p_lock:
+                    self._poppers.discard(src)
+            return True
+        if any(self._try_pop(j) for j in srcs):
+            return True
+        time.sleep(min(delay, remaining))
+        return False
 
     def _try_pop(self, src: int) -> bool:
         """Pop channel src -> me without blocking, unless another thread is popping it."""
