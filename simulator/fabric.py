@@ -151,17 +151,20 @@ class Fabric(ListCollectives):
 
     def _st(self) -> dist.Store:
         """This thread's own store connection (a blocking wait must not stall other threads)."""
-        st = getattr(self._tls, "store", None)
-        if st is None:
-            if self._root is not None:
-                st = connections.acquire(self._root)
+        if self._root is not None:  # the thread's connection can change: streams hand theirs back when idle
+            conn = connections.acquire(self._root)
+            if getattr(self._tls, "conn", None) is not conn:
+                st = conn
                 for prefix in self._prefixes:  # innermost first, as `store` was built
                     st = dist.PrefixStore(prefix, st)
-            else:
-                try:
-                    st = self._base.clone()
-                except (RuntimeError, AttributeError):
-                    st = self._base
+                self._tls.conn, self._tls.store = conn, st
+            return self._tls.store
+        st = getattr(self._tls, "store", None)
+        if st is None:
+            try:
+                st = self._base.clone()
+            except (RuntimeError, AttributeError):
+                st = self._base
             self._tls.store = st
         return st
 

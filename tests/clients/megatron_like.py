@@ -1,0 +1,46 @@
+"""A Megatron-like group setup: tensor, pipeline, data, context and model-parallel groups at world 8
+(new_group for every group on every rank, as initialize_model_parallel does), then one all_reduce on
+each group a rank belongs to, checked against the exact sum of the members' ranks."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def layouts(n: int, tp: int = 2, pp: int = 2) -> dict[str, list[list[int]]]:
+    """Rank groups by kind for world n = tp * pp * dp (rank = ((p * dp) + d) * tp + t)."""
+    dp = n // (tp * pp)
+    grid = torch.arange(n).reshape(pp, dp, tp)
+    groups = {
+        "tp": [grid[p, d, :].tolist() for p in range(pp) for d in range(dp)],
+        "dp": [grid[p, :, t].tolist() for p in range(pp) for t in range(tp)],
+        "pp": [grid[:, d, t].tolist() for d in range(dp) for t in range(tp)],
+        "mp": [grid[:, d, :].flatten().tolist() for d in range(dp)],
+        "tp_dp": [grid[p].flatten().tolist() for p in range(pp)],
+        "embd": [sorted({grid[0, d, t].item(), grid[-1, d, t].item()}) for d in range(dp) for t in range(tp)],
+    }
+    return groups
+
+
+def build_and_reduce(rank: int, n: int) -> dict[str, Any]:
+    made = []
+    for kind, ranks_list in layouts(n).items():
+        for i, ranks in enumerate(ranks_list):
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                made.append((f"{kind}{i}", ranks, group))
+    ok = {}
+    for name, ranks, group in made:
+        t = torch.full((1024,), float(rank), dtype=torch.float64)
+        dist.all_reduce(t, group=group)
+        ok[name] = torch.equal(t, torch.full((1024,), float(sum(ranks)), dtype=torch.float64))
+    return {"groups": sum(len(v) for v in layouts(n).values()), "ok": ok}
+
+
+def group_count(n: int) -> int:
+    """How many groups the setup creates."""
+    return sum(1 for _ in itertools.chain.from_iterable(layouts(n).values()))
