@@ -1,4 +1,4 @@
-"""The command line: run, list, targets, certify, defects."""
+"""The command line: run, list, targets, certify, defects, framework."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from conformance import framework
 from conformance.report import Result, write_report
 from conformance.session import Selection, SuiteRun, load_bound_catalog, run_suite, statements
 from conformance.spec import SpecError
@@ -160,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
     p.add_argument("--timeout", type=float, default=8.0, help="per-check timeout; mutants make ranks wait it out")
     p.set_defaults(fn=cmd_defects)
+    p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
+    framework.add_arguments(p)
+    p.set_defaults(fn=framework.cmd_framework)
     return parser
 
 

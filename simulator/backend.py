@@ -514,4 +514,7 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
                             prefix=world._prefix, root=world._root, namespace=world._namespace)
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
+        # torch binds the group it built, then discards it for the Python group a creator returns
+        # (torch 2.13 distributed_c10d._new_process_group_helper): carry the binding here instead.
+        group.bound_device_id = world.bound_device_id
     return group

@@ -10,20 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-
-def layouts(n: int, tp: int = 2, pp: int = 2) -> dict[str, list[list[int]]]:
-    """Rank groups by kind for world n = tp * pp * dp (rank = ((p * dp) + d) * tp + t)."""
-    dp = n // (tp * pp)
-    grid = torch.arange(n).reshape(pp, dp, tp)
-    groups = {
-        "tp": [grid[p, d, :].tolist() for p in range(pp) for d in range(dp)],
-        "dp": [grid[p, :, t].tolist() for p in range(pp) for t in range(tp)],
-        "pp": [grid[:, d, t].tolist() for d in range(dp) for t in range(tp)],
-        "mp": [grid[:, d, :].flatten().tolist() for d in range(dp)],
-        "tp_dp": [grid[p].flatten().tolist() for p in range(pp)],
-        "embd": [sorted({grid[0, d, t].item(), grid[-1, d, t].item()}) for d in range(dp) for t in range(tp)],
-    }
-    return groups
+from conformance.framework_builders import layouts
 
 
 def build_and_reduce(rank: int, n: int) -> dict[str, Any]:
