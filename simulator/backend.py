@@ -69,7 +69,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
         self._pair_ops: dict[tuple[int, int], int] = {}
         self._warned = False
-        self._coalescing: list[tuple[str, Callable[[Fabric], Any]]] | None = None
+        self._coalescing: list[tuple[Communicator, str, Callable[[Fabric], Any]]] | None = None
         self._name = ""
 
     # --- identity --------------------------------------------------------------------------
@@ -420,7 +420,7 @@ class SimProcessGroup(dist.ProcessGroup):
         if op == "recv":  # posted now, in program order: rendezvous sends wait for this
             comm.fabric.post_receive(local_peer)
         if self._coalescing is not None:
-            self._coalescing.append((op, lambda f, lp=local_peer: fn(f, lp)))
+            self._coalescing.append((comm, op, lambda f, lp=local_peer: fn(f, lp)))
             return None
         fut = comm.launch(op, lambda f: fn(f, local_peer), stream=stream)
         return SimWork(fut, source_rank=peer, p2p=True, outputs=tensors)
@@ -465,11 +465,22 @@ class SimProcessGroup(dist.ProcessGroup):
         self._coalescing = []
 
     def _end_coalescing(self, device: Any) -> SimWork:
+        """One launch per communicator the block's P2P ops use (the group's, or lazy pair ones),
+        sends before receives; every receive was posted when issued, so rendezvous sends complete."""
         ops, self._coalescing = self._coalescing or [], None
-        sends = [fn for op, fn in ops if op == "send"]
-        recvs = [fn for op, fn in ops if op == "recv"]
-        return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in sends + recvs], ops=len(ops),
-                            coalesced=True)
+        by_comm: dict[str, tuple[Communicator, list[tuple[str, Callable[[Fabric], Any]]]]] = {}
+        for comm, op, fn in ops:
+            by_comm.setdefault(comm.id, (comm, []))[1].append((op, fn))
+        if not by_comm or (self._comm is not None and list(by_comm) == [self._comm.id]):
+            fns = [fn for _, op, fn in ops if op == "send"] + [fn for _, op, fn in ops if op == "recv"]
+            return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in fns], ops=len(ops), coalesced=True)
+        futures = []
+        for comm, group_ops in by_comm.values():
+            fns = [fn for op, fn in group_ops if op == "send"] + [fn for op, fn in group_ops if op == "recv"]
+            futures.append(comm.launch("p2p_coalesced", lambda f, fns=fns: [fn(f) for fn in fns],
+                                       ops=len(group_ops), coalesced=True))
+        every = torch.futures.collect_all(futures).then(lambda done: [f.value() for f in done.value()])
+        return SimWork(every, p2p=True)  # value() re-raises the first launch error
 
 
 def effective_config(options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
