@@ -489,9 +489,14 @@ class Fabric(ListCollectives):
                     "g": name}
         st.set(f"p/{self.me}>{dst}/{k}", json.dumps(envelope))
         if self.rendezvous_bytes is not None and _nbytes(tensor) >= self.rendezvous_bytes:
-            rendezvous.wait_posted(st, me=self.me, dst=dst, k=k, timeout_s=self.timeout_s,
-                                   what=f"send #{k} of {_tdesc(tensor)} (tag {tag})",
-                                   names=(f"rank {self._g(self.me)}", f"rank {self._g(dst)}"), where=self._where())
+            try:
+                rendezvous.wait_posted(st, me=self.me, dst=dst, k=k, timeout_s=self.timeout_s,
+                                       what=f"send #{k} of {_tdesc(tensor)} (tag {tag})",
+                                       names=(f"rank {self._g(self.me)}", f"rank {self._g(dst)}"),
+                                       where=self._where())
+            except rendezvous.P2PDeadlock as exc:  # hung on NCCL: the communicator is unusable
+                self._broken = str(exc)
+                raise
 
     def post_receive(self, src: int | None) -> None:
         """Record, when the application issues it, a receive from local rank `src` (None: any)."""
@@ -637,7 +642,8 @@ class Fabric(ListCollectives):
         if self._closed:
             return
         self._closed = True
-        deadline = time.monotonic() + min(self.timeout_s, _CLOSE_GRACE_S)
+        # a broken communicator (a peer lost, a deadlock reported) will not deliver what it still holds
+        deadline = time.monotonic() + (0.0 if self._broken else min(self.timeout_s, _CLOSE_GRACE_S))
         delay = 1e-4
         while True:
             with self._p2p_lock:

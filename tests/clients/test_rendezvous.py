@@ -13,12 +13,13 @@ import torch.distributed as dist
 from tests.clients.harness import BACKENDS, run_ranks, values
 
 BIG = 4 << 20  # the default rendezvous threshold (NCCL_BUFFSIZE's default)
+TIMEOUT_S = 8  # above the ~5 s stall some sandboxes add to a store connect (a deadlock is reported after it)
 
 
-def short_timeout_init(backend: str, rank: int, n: int, port: int, tmpdir: str) -> None:
+def rendezvous_init(backend: str, rank: int, n: int, port: int, tmpdir: str) -> None:
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
     dist.init_process_group(BACKENDS[backend], store=store, rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=4))
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S))
 
 
 def send_first(numel: int):
@@ -35,7 +36,7 @@ def send_first(numel: int):
 
 
 def test_send_before_recv_deadlock_is_reported_naming_both_ranks_and_ops() -> None:
-    got = values(run_ranks("sim", 2, send_first(BIG // 4), init=short_timeout_init, deadline_s=60), 2)
+    got = values(run_ranks("sim", 2, send_first(BIG // 4), init=rendezvous_init, deadline_s=60), 2)
     for rank, report in enumerate(got):
         peer = 1 - rank
         assert report.startswith("P2PDeadlock"), f"rank {rank}: {report}"
@@ -45,18 +46,18 @@ def test_send_before_recv_deadlock_is_reported_naming_both_ranks_and_ops() -> No
 
 def test_small_sends_stay_buffered_by_default() -> None:
     """Below the threshold NCCL completes sends eagerly, and so does the simulator (positive control)."""
-    assert values(run_ranks("sim", 2, send_first(16), init=short_timeout_init), 2) == ["ok", "ok"]
+    assert values(run_ranks("sim", 2, send_first(16), init=rendezvous_init), 2) == ["ok", "ok"]
 
 
 def test_threshold_zero_makes_every_send_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIM_P2P_RENDEZVOUS_BYTES", "0")  # inherited by the forked ranks
-    got = values(run_ranks("sim", 2, send_first(16), init=short_timeout_init, deadline_s=60), 2)
+    got = values(run_ranks("sim", 2, send_first(16), init=rendezvous_init, deadline_s=60), 2)
     assert all(r.startswith("P2PDeadlock") and "float32[16]" in r for r in got), got
 
 
 def test_off_buffers_every_send(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIM_P2P_RENDEZVOUS_BYTES", "off")
-    assert values(run_ranks("sim", 2, send_first(BIG // 4), init=short_timeout_init), 2) == ["ok", "ok"]
+    assert values(run_ranks("sim", 2, send_first(BIG // 4), init=rendezvous_init), 2) == ["ok", "ok"]
 
 
 def ordered_and_batched(rank: int, n: int) -> list[bool]:
@@ -84,4 +85,4 @@ def ordered_and_batched(rank: int, n: int) -> list[bool]:
 
 
 def test_posted_receives_let_rendezvous_sends_complete() -> None:
-    assert values(run_ranks("sim", 2, ordered_and_batched, init=short_timeout_init), 2) == [[True] * 3] * 2
+    assert values(run_ranks("sim", 2, ordered_and_batched, init=rendezvous_init), 2) == [[True] * 3] * 2
