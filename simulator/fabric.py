@@ -184,16 +184,15 @@ class Fabric(ListCollectives):
         """Post `body` for ranks `to`, and collect the (seq, kind) message of every rank in `frm`.
 
         Only set/wait/multi_get/delete_key, which every c10d Store has: one key per (kind, seq,
-        sender). A rank deletes its key of op seq - 2 when it posts op seq: every reader of that key
-        read it before posting its own metadata for op seq - 1, which this rank has already seen.
+        sender). A rank deletes its keys of ops up to seq - 2 when it posts for op seq: every reader of
+        such a key read it before posting its own metadata for op seq - 1, which this rank has seen.
         """
         st = self._st()
         if any(j != self.me for j in to):
             key = f"x/{kind}/{seq}/{self.me}"
             st.set(key, body)
-            old = self._posted.pop((kind, seq - 2), None)
-            if old is not None:
-                st.delete_key(old)
+            for done in [k for k in self._posted if k[1] <= seq - 2]:
+                st.delete_key(self._posted.pop(done))
             self._posted[(kind, seq)] = key
         want = [j for j in frm if j != self.me]
         if not want:
