@@ -1,4 +1,4 @@
-"""The command line: run, list, targets, certify, defects."""
+"""The command line: run, list, targets, certify, defects, framework."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from conformance import inputs, interrupts
+from conformance import framework, inputs, interrupts
 from conformance.import_probe import probe_import
 from conformance.report import Result, write_report
 from conformance.session import (
@@ -233,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
     p.add_argument("--timeout", type=_timeout, default=8.0, help="per-check timeout; mutants make ranks wait it out")
     p.set_defaults(fn=cmd_defects)
+    p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
+    framework.add_arguments(p)
+    p.set_defaults(fn=framework.cmd_framework)
     return parser
 
 

@@ -70,7 +70,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
         self._pair_ops: dict[tuple[int, int], int] = {}
         self._warned = False
-        self._coalescing: list[tuple[str, Callable[[Fabric], Any]]] | None = None
+        self._coalescing: list[tuple[Communicator, str, Callable[[Fabric], Any]]] | None = None
         self._name = ""
 
     # --- identity --------------------------------------------------------------------------
@@ -271,21 +271,24 @@ class SimProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     # --- launches ----------------------------------------------------------------------------
-    def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False) -> SimWork:
+    def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False,
+                outputs: list[Any] | None = None) -> SimWork:
         faults.maybe_inject(self.my_global_rank, op)
-        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced))
+        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs)
 
-    def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool) -> SimWork | None:
+    def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool,
+                   outputs: list[torch.Tensor] | None = None) -> SimWork | None:
         """One launch, one exchange for a whole coalesced block (``run(fabric, which_ops)``)."""
         if defects.active("coalesced_drops_tail"):
             count = min(count, 1)
         if defects.active("coalesced_block_cap"):
             count = min(count, 8)
         if defects.active("coalesced_per_op_launch"):
-            works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1))) for i in range(count)]
+            works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1)), outputs=outputs) for i in range(count)]
             work = works[-1] if works else None
         else:
-            work = self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True)
+            work = self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True,
+                                outputs=outputs)
         if async_op and defects.active("coalesced_async_no_works"):
             return None
         return work
@@ -293,21 +296,22 @@ class SimProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """In-place all-reduce."""
         op = reduce_op_name(opts.reduceOp) if opts is not None else "sum"
-        return self._launch("allreduce", lambda f: f.all_reduce(tensors, op))
+        return self._launch("allreduce", lambda f: f.all_reduce(tensors, op), outputs=tensors)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork | None:
         """All tensors of a coalesced block in one launch and one exchange."""
         op = reduce_op_name(opts.reduceOp)
         return self._coalesced("allreduce", lambda f, s: f.all_reduce(tensors[s], op), len(tensors),
-                               bool(getattr(opts, "asyncOp", False)))
+                               bool(getattr(opts, "asyncOp", False)), outputs=tensors)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
         """all_gather into a list of tensors."""
-        return self._launch("allgather", lambda f: f.all_gather(outputs[0], inputs[0]))
+        return self._launch("allgather", lambda f: f.all_gather(outputs[0], inputs[0]), outputs=outputs[0])
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         """all_gather_into_tensor."""
-        return self._launch("allgather_into_tensor", lambda f: f.all_gather_into_tensor([output], [input]))
+        return self._launch("allgather_into_tensor", lambda f: f.all_gather_into_tensor([output], [input]),
+                            outputs=[output])
 
     _allgather_base = all_gather_single
 
@@ -315,14 +319,15 @@ class SimProcessGroup(dist.ProcessGroup):
                                     opts: Any = None) -> SimWork | None:
         """Coalesced all_gather_into_tensor."""
         return self._coalesced("allgather_into_tensor", lambda f, s: f.all_gather_into_tensor(outputs[s], inputs[s]),
-                               len(inputs), bool(getattr(opts, "asyncOp", False)))
+                               len(inputs), bool(getattr(opts, "asyncOp", False)), outputs=outputs)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
         """reduce_scatter_tensor."""
         op = reduce_op_name(opts.reduceOp)
-        return self._launch("reduce_scatter_tensor", lambda f: f.reduce_scatter_tensor([output], [input], op))
+        return self._launch("reduce_scatter_tensor", lambda f: f.reduce_scatter_tensor([output], [input], op),
+                            outputs=[output])
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -332,27 +337,19 @@ class SimProcessGroup(dist.ProcessGroup):
         op = reduce_op_name(opts.reduceOp)
         return self._coalesced("reduce_scatter_tensor",
                                lambda f, s: f.reduce_scatter_tensor(outputs[s], inputs[s], op), len(inputs),
-                               bool(getattr(opts, "asyncOp", False)))
+                               bool(getattr(opts, "asyncOp", False)), outputs=outputs)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
-
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
-                       opts: Any = None) -> SimWork:
-        """reduce_scatter of a list: output := op over ranks of their inputs[my group rank]."""
-        op = reduce_op_name(opts.reduceOp)
-        flat = torch.cat([t.reshape(-1) for t in inputs[0]]) if inputs[0] else outputs[0].new_empty(0)
-        out = outputs[0]
-        return self._launch("reduce_scatter", lambda f: f.reduce_scatter_tensor([out.view(-1)], [flat], op))
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Broadcast from opts.rootRank (group rank)."""
         root = 0 if defects.active("broadcast_root_zero") else opts.rootRank
-        return self._launch("broadcast", lambda f: f.broadcast(tensors, root))
+        return self._launch("broadcast", lambda f: f.broadcast(tensors, root), outputs=tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Reduce to opts.rootRank."""
         op = reduce_op_name(opts.reduceOp)
-        return self._launch("reduce", lambda f: f.reduce(tensors, opts.rootRank, op))
+        return self._launch("reduce", lambda f: f.reduce(tensors, opts.rootRank, op), outputs=tensors)
 
     def barrier(self, opts: Any = None) -> SimWork:
         """Barrier over the group communicator."""
@@ -364,9 +361,42 @@ class SimProcessGroup(dist.ProcessGroup):
                           input_split_sizes: list[int], opts: Any = None) -> SimWork:
         """all_to_all_single with optional split sizes."""
         return self._launch("all_to_all_single", lambda f: f.all_to_all_single(
-            output, input, output_split_sizes or None, input_split_sizes or None))
+            output, input, output_split_sizes or None, input_split_sizes or None), outputs=[output])
 
     alltoall_base = all_to_all_single
+
+    # --- rooted and list-form collectives (those ProcessGroupGloo also implements on CPU) ----------
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """gather to opts.rootRank (the root passes one output list, other ranks none)."""
+        root, outs = opts.rootRank, outputs[0] if outputs else []
+        return self._launch("gather", lambda f: f.gather(outs, inputs[0], root), outputs=outs)
+
+    def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimWork:
+        """gather into one tensor on opts.rootRank (torch 2.15's gather_single)."""
+        root = opts.rootRank
+        return self._launch("gather_single", lambda f: f.gather_single(output, input, root),
+                            outputs=[output] if self.rank() == root else [])
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> SimWork:
+        """scatter from opts.rootRank (the root passes one input list, other ranks none)."""
+        root, ins = opts.rootRank, inputs[0] if inputs else []
+        return self._launch("scatter", lambda f: f.scatter(outputs[0], ins, root), outputs=outputs)
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> SimWork:
+        """all_to_all over lists of tensors (sizes may differ between pairs)."""
+        return self._launch("alltoall", lambda f: f.all_to_all(outputs, inputs), outputs=outputs)
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any = None) -> SimWork:
+        """reduce_scatter over a list of input tensors."""
+        op = reduce_op_name(opts.reduceOp)
+        return self._launch("reduce_scatter", lambda f: f.reduce_scatter(outputs[0], inputs[0], op), outputs=outputs)
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> SimWork:
+        """all_gather of a list of tensors in one launch: outputs[rank][k] := that rank's inputs[k]."""
+        return self._launch("allgather_coalesced", lambda f: f.all_gather_coalesced(outputs, inputs),
+                            ops=len(inputs), coalesced=True, outputs=outputs)
 
     # --- point to point -----------------------------------------------------------------------
     def _warn_lazy_p2p(self) -> None:
@@ -399,23 +429,26 @@ class SimProcessGroup(dist.ProcessGroup):
             comm = self._pair_comms[pair]
         return comm, comm.local(peer), stream
 
-    def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any]) -> SimWork | None:
+    def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any],
+             tensors: list[torch.Tensor] | None = None) -> SimWork | None:
         if (peer == self.rank() or not 0 <= peer < self.size()) and not defects.active("p2p_peer_unchecked"):
             what = "destination" if op == "send" else "source"
             raise ValueError(f"rank {self.my_global_rank}: {op}: invalid {what} group rank {peer} "
                              f"(group of size {self.size()}, own rank {self.rank()})")
         faults.maybe_inject(self.my_global_rank, op)
         comm, local_peer, stream = self._p2p_comm(peer)
+        if op == "recv":  # posted now, in program order: rendezvous sends wait for this
+            comm.fabric.post_receive(local_peer)
         if self._coalescing is not None:
-            self._coalescing.append((op, lambda f, lp=local_peer: fn(f, lp)))
+            self._coalescing.append((comm, op, lambda f, lp=local_peer: fn(f, lp)))
             return None
         fut = comm.launch(op, lambda f: fn(f, local_peer), stream=stream)
-        return SimWork(fut, source_rank=peer, p2p=True)
+        return SimWork(fut, source_rank=peer, p2p=True, outputs=tensors)
 
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimWork | None:
         """Buffered send to group rank dstRank."""
         t = tensors[0]
-        return self._p2p("send", dstRank, lambda f, p: f.send(t, p, tag))
+        return self._p2p("send", dstRank, lambda f, p: f.send(t, p, tag), tensors)
 
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int = 0) -> SimWork | None:
         """Receive from group rank srcRank."""
@@ -429,7 +462,7 @@ class SimProcessGroup(dist.ProcessGroup):
                     raise
             return srcRank
 
-        return self._p2p("recv", srcRank, receive)
+        return self._p2p("recv", srcRank, receive, tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
         """Receive from whichever rank sends first (needs the group communicator)."""
@@ -439,23 +472,35 @@ class SimProcessGroup(dist.ProcessGroup):
                 "(bind a device at init): lazily created pair communicators have no any-source receive"
             )
         comm = self._comm
+        comm.fabric.post_receive(None)
         t = tensors[0]
         def any_source(f: Fabric) -> int:
             src = self._global_ranks.index(comm.members[f.recv(t, None, tag)])
             return 0 if defects.active("p2p_anysource_wrong_rank") else src
 
         fut = comm.launch("recv", any_source, stream="p2p:any")
-        return SimWork(fut, p2p=True)
+        return SimWork(fut, p2p=True, outputs=tensors)
 
     def _start_coalescing(self, device: Any) -> None:
         self._coalescing = []
 
     def _end_coalescing(self, device: Any) -> SimWork:
+        """One launch per communicator the block's P2P ops use (the group's, or lazy pair ones),
+        sends before receives; every receive was posted when issued, so rendezvous sends complete."""
         ops, self._coalescing = self._coalescing or [], None
-        sends = [fn for op, fn in ops if op == "send"]
-        recvs = [fn for op, fn in ops if op == "recv"]
-        return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in sends + recvs], ops=len(ops),
-                            coalesced=True)
+        by_comm: dict[str, tuple[Communicator, list[tuple[str, Callable[[Fabric], Any]]]]] = {}
+        for comm, op, fn in ops:
+            by_comm.setdefault(comm.id, (comm, []))[1].append((op, fn))
+        if not by_comm or (self._comm is not None and list(by_comm) == [self._comm.id]):
+            fns = [fn for _, op, fn in ops if op == "send"] + [fn for _, op, fn in ops if op == "recv"]
+            return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in fns], ops=len(ops), coalesced=True)
+        futures = []
+        for comm, group_ops in by_comm.values():
+            fns = [fn for op, fn in group_ops if op == "send"] + [fn for op, fn in group_ops if op == "recv"]
+            futures.append(comm.launch("p2p_coalesced", lambda f, fns=fns: [fn(f) for fn in fns],
+                                       ops=len(group_ops), coalesced=True))
+        every = torch.futures.collect_all(futures).then(lambda done: [f.value() for f in done.value()])
+        return SimWork(every, p2p=True)  # value() re-raises the first launch error
 
 
 def effective_config(options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
@@ -500,4 +545,7 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
                             prefix=world._prefix, root=world._root, namespace=world._namespace)
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
+        # torch binds the group it built, then discards it for the Python group a creator returns
+        # (torch 2.13 distributed_c10d._new_process_group_helper): carry the binding here instead.
+        group.bound_device_id = world.bound_device_id
     return group

@@ -1,7 +1,9 @@
 """The simulator's data plane: moves tensor data between rank processes through /dev/shm.
 
-Control messages (per-op metadata, "chunk ready" signals, P2P envelopes) travel through store
-queues; tensor bytes only ever travel through shared memory.
+Control messages (per-op metadata, "chunk ready" signals, P2P envelopes) travel through store keys,
+using only what every c10d Store has (set, get, multi_get, add, wait, check, delete_key; no queues),
+so FileStore, HashStore, TCPStore and PrefixStores over them all work; tensor bytes only ever travel
+through shared memory.
 
 Collectives: each rank owns one pooled segment holding two slots; op ``seq`` writes slot
 ``seq % 2``. A rank finishing op ``s`` has seen every peer's metadata for op ``s``, which peers
@@ -10,8 +12,9 @@ nobody reads it any more. A segment's name is unlinked as soon as every peer has
 last mapper unlinks, counted with ``store.add``), so nothing stays in /dev/shm after an op, and
 the memory is freed by the kernel when the last process holding a mapping exits, even on SIGKILL.
 
-P2P: per ordered channel (src, dst) a store queue carries envelopes (tag, dtype, shape, segment);
-each message gets its own segment, unlinked by the receiver once mapped.
+P2P: per ordered channel (src, dst) envelope k (tag, dtype, shape, segment) sits under its own key,
+read and deleted by the receiver; each message gets its own segment, unlinked by the receiver once
+mapped.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from simulator import connections, defects, shm
+from simulator import connections, defects, rendezvous, shm
+from simulator.collectives import ListCollectives
 from simulator.dtypes import dtype_from_name
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.events import LOG
@@ -98,7 +102,7 @@ class _Op:
     offs: list[int]
 
 
-class Fabric:
+class Fabric(ListCollectives):
     """Blocking data plane of one communicator on one rank.
 
     Ranks and roots passed to methods are local indices into `members`. Collectives must be issued
@@ -131,16 +135,18 @@ class Fabric:
         self._fresh: str | None = None  # own segment created for the op in flight, not yet mapped by peers
         self._slot_bytes = 0
         self._peer: list[tuple[str, Tensor] | None] = [None] * self.n
-        self._inbox: dict[tuple[int, str], dict[int, str]] = {}
+        self._posted: dict[tuple[str, int], str] = {}
         self._broken: str | None = None
         self._closed = False
         self._p2p_lock = threading.Lock()
         self._sent = [0] * self.n
         self._recvd = [0] * self.n
+        self._popped = [0] * self.n
         self._pending: list[list[tuple[int, dict[str, Any]]]] = [[] for _ in range(self.n)]
         self._arrivals = 0
         self._poppers: set[int] = set()
         self._outbox: list[str] = []
+        self.rendezvous_bytes = rendezvous.threshold_bytes()
 
     # ----------------------------------------------------------------- helpers
     def _g(self, local: int) -> int:
@@ -148,17 +154,20 @@ class Fabric:
 
     def _st(self) -> dist.Store:
         """This thread's own store connection (a blocking wait must not stall other threads)."""
-        st = getattr(self._tls, "store", None)
-        if st is None:
-            if self._root is not None:
-                st = connections.acquire(self._root)
+        if self._root is not None:  # the thread's connection can change: streams hand theirs back when idle
+            conn = connections.acquire(self._root)
+            if getattr(self._tls, "conn", None) is not conn:
+                st = conn
                 for prefix in self._prefixes:  # innermost first, as `store` was built
                     st = dist.PrefixStore(prefix, st)
-            else:
-                try:
-                    st = self._base.clone()
-                except (RuntimeError, AttributeError):
-                    st = self._base
+                self._tls.conn, self._tls.store = conn, st
+            return self._tls.store
+        st = getattr(self._tls, "store", None)
+        if st is None:
+            try:
+                st = self._base.clone()
+            except (RuntimeError, AttributeError):
+                st = self._base
             self._tls.store = st
         return st
 
@@ -175,38 +184,33 @@ class Fabric:
     # --------------------------------------------------- control-message exchange
     def _exchange(self, seq: int, kind: str, body: str, *, to: Iterable[int], frm: Iterable[int],
                   what: str) -> dict[int, str]:
-        """Send `body` to ranks `to`, and collect the (seq, kind) message of every rank in `frm`."""
+        """Post `body` for ranks `to`, and collect the (seq, kind) message of every rank in `frm`.
+
+        Only set/wait/multi_get/delete_key, which every c10d Store has: one key per (kind, seq,
+        sender). A rank deletes its keys of ops up to seq - 2 when it posts for op seq: every reader of
+        such a key read it before posting its own metadata for op seq - 1, which this rank has seen.
+        """
         st = self._st()
-        msg = f"{seq}|{kind}|{self.me}|{body}"
-        for j in to:
-            if j != self.me:
-                st.queue_push(f"c/{j}", msg)
-        want = {j for j in frm if j != self.me}
-        got = self._inbox.pop((seq, kind), {})
-        deadline = time.monotonic() + self.timeout_s
-        while not want <= got.keys():
-            remaining = deadline - time.monotonic()
-            try:
-                if remaining <= 0:
-                    raise dist.DistStoreError("deadline passed")
-                st.set_timeout(datetime.timedelta(seconds=remaining))
-                raw = st.queue_pop(f"c/{self.me}").decode()
-            except dist.QueueEmptyError:  # the store's wait can wake up on an already drained queue
-                time.sleep(1e-4)
-                continue
-            except dist.DistStoreError:
-                missing = sorted(self._g(j) for j in want - got.keys())
-                arrived = sorted(self._g(j) for j in got.keys() | {self.me})
-                self._broken = (f"{self._where(seq)}: {what} on rank {self._g(self.me)} timed out after "
-                                f"{self.timeout_s:g}s waiting for rank(s) {', '.join(map(str, missing))} "
-                                f"(arrived: {', '.join(map(str, arrived))})")
-                raise RankTimeout(self._broken) from None
-            s2, kind2, j2, body2 = raw.split("|", 3)
-            if (int(s2), kind2) == (seq, kind):
-                got[int(j2)] = body2
-            elif int(s2) >= seq:
-                self._inbox.setdefault((int(s2), kind2), {})[int(j2)] = body2
-        return got
+        if any(j != self.me for j in to):
+            key = f"x/{kind}/{seq}/{self.me}"
+            st.set(key, body)
+            for done in [k for k in self._posted if k[1] <= seq - 2]:
+                st.delete_key(self._posted.pop(done))
+            self._posted[(kind, seq)] = key
+        want = [j for j in frm if j != self.me]
+        if not want:
+            return {}
+        keys = [f"x/{kind}/{seq}/{j}" for j in want]
+        try:
+            st.wait(keys, datetime.timedelta(seconds=self.timeout_s))
+        except dist.DistStoreError:
+            missing = [self._g(j) for j, k in zip(want, keys, strict=True) if not st.check([k])]
+            arrived = sorted({self._g(self.me)} | {self._g(j) for j in want} - set(missing))
+            self._broken = (f"{self._where(seq)}: {what} on rank {self._g(self.me)} timed out after "
+                            f"{self.timeout_s:g}s waiting for rank(s) {', '.join(map(str, sorted(missing)))} "
+                            f"(arrived: {', '.join(map(str, arrived))})")
+            raise RankTimeout(self._broken) from None
+        return {j: v.decode() for j, v in zip(want, st.multi_get(keys), strict=True)}
 
     # ------------------------------------------------------------ segments
     def _own_slot(self, seq: int, need: int) -> Tensor:
@@ -462,7 +466,8 @@ class Fabric:
 
     # -------------------------------------------------------------------- P2P
     def send(self, tensor: Tensor, dst: int, tag: int) -> None:
-        """Buffered send: returns once the data sits in shared memory and the envelope is queued."""
+        """Send: returns once the data sits in shared memory and the envelope is posted, and, for a
+        rendezvous-sized message (see simulator.rendezvous), once the receiver has posted its recv."""
         if self._closed:
             raise SimError(f"{self._where()}: send on rank {self._g(self.me)} after close()")
         st = self._st()
@@ -485,7 +490,21 @@ class Fabric:
             _typed(buf, 0, tensor.dtype, tensor.numel()).view(tensor.shape).copy_(tensor)
         envelope = {"k": k, "tag": tag, "dt": dtype_name(tensor.dtype), "shape": list(tensor.shape),
                     "g": name}
-        st.queue_push(f"p/{self.me}>{dst}", json.dumps(envelope))
+        st.set(f"p/{self.me}>{dst}/{k}", json.dumps(envelope))
+        if self.rendezvous_bytes is not None and _nbytes(tensor) >= self.rendezvous_bytes:
+            try:
+                rendezvous.wait_posted(st, me=self.me, dst=dst, k=k, timeout_s=self.timeout_s,
+                                       what=f"send #{k} of {_tdesc(tensor)} (tag {tag})",
+                                       names=(f"rank {self._g(self.me)}", f"rank {self._g(dst)}"),
+                                       where=self._where())
+            except rendezvous.P2PDeadlock as exc:  # hung on NCCL: the communicator is unusable
+                self._broken = str(exc)
+                raise
+
+    def post_receive(self, src: int | None) -> None:
+        """Record, when the application issues it, a receive from local rank `src` (None: any)."""
+        if self.rendezvous_bytes is not None:
+            rendezvous.post_receive(self._st(), src, self.me)
 
     def recv(self, tensor: Tensor, src: int | None, tag: int) -> int:
         """Receive the oldest message with `tag` from `src` (any member if None); return its local src."""
@@ -496,50 +515,86 @@ class Fabric:
         srcs = list(range(self.n)) if src is None else [src]
         deadline = time.monotonic() + self.timeout_s
         delay = 5e-5
-        while True:
-            hit = self._take(srcs, tag)
-            if hit is not None:
-                return self._consume(tensor, hit[0], hit[1], tag)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                who = "any rank" if src is None else f"rank {self._g(src)}"
-                nxt = "" if src is None else f" (seq: message #{self._recvd[src]} on that channel)"
-                raise RankTimeout(f"{self._where()}: recv(tag={tag}) on rank {self._g(self.me)}: no matching "
-                                  f"message from {who} within {self.timeout_s:g}s{nxt}")
-            if src is not None and self._claim(src):
-                try:
-                    self._pop(src, remaining)
-                finally:
-                    with self._p2p_lock:
-                        self._poppers.discard(src)
-                continue
-            if any(self._pop(j, None) for j in srcs if self._claim(j, release=True)):
-                delay = 5e-5
-                continue
-            time.sleep(min(delay, remaining))
-            delay = min(2 * delay, _POLL_MAX_S)
+        blocked = False
+        try:
+            while True:
+                hit = self._take(srcs, tag)
+                if hit is not None:
+                    return self._consume(tensor, hit[0], hit[1], tag)
+                if not blocked and self.rendezvous_bytes is not None:  # peers' deadlock reports name it
+                    who = "any rank" if src is None else f"rank {self._g(src)}"
+                    self._st().set(rendezvous.blocked_key(self.me), f"recv of {_tdesc(tensor)} (tag {tag}) from {who}")
+                    blocked = True
+                arrived = self._wait_message(srcs, src, tag, deadline, delay)
+                delay = 5e-5 if arrived else min(2 * delay, _POLL_MAX_S)
+        except RankTimeout:
+            blocked = False  # the key stays: the peer's own report names this receive
+            raise
+        finally:
+            if blocked:
+                self._st().delete_key(rendezvous.blocked_key(self.me))
 
-    def _claim(self, src: int, release: bool = False) -> bool:
-        """Become the only thread popping channel src -> me (or just check nobody blocks on it)."""
+    def _wait_message(self, srcs: list[int], src: int | None, tag: int, deadline: float, delay: float) -> bool:
+        """Wait (at most until `deadline`) for an envelope from `srcs`; True if one may have arrived."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            who = "any rank" if src is None else f"rank {self._g(src)}"
+            nxt = "" if src is None else f" (seq: message #{self._recvd[src]} on that channel)"
+            peer = ""
+            if src is not None and self.rendezvous_bytes is not None:
+                peer = f"; rank {self._g(src)} {rendezvous.peer_state(self._st(), src)}"
+            raise RankTimeout(f"{self._where()}: recv(tag={tag}) on rank {self._g(self.me)}: no matching "
+                              f"message from {who} within {self.timeout_s:g}s{nxt}{peer}")
+        if src is not None and self._claim(src):
+            try:
+                self._pop(src, remaining)
+            finally:
+                with self._p2p_lock:
+                    self._poppers.discard(src)
+            return True
+        if any(self._try_pop(j) for j in srcs):
+            return True
+        time.sleep(min(delay, remaining))
+        return False
+
+    def _try_pop(self, src: int) -> bool:
+        """Pop channel src -> me without blocking, unless another thread is popping it."""
+        if not self._claim(src):
+            return False
+        try:
+            return self._pop(src, None)
+        finally:
+            with self._p2p_lock:
+                self._poppers.discard(src)
+
+    def _claim(self, src: int) -> bool:
+        """Become the only thread popping channel src -> me."""
         with self._p2p_lock:
             if src in self._poppers:
                 return False
-            if not release:
-                self._poppers.add(src)
+            self._poppers.add(src)
             return True
 
     def _pop(self, src: int, timeout: float | None) -> bool:
-        """Move one envelope from channel src -> me to the pending list; block up to `timeout` if given."""
+        """Move the next envelope of channel src -> me to the pending list; block up to `timeout` if given.
+
+        The caller has claimed the channel: envelope k of a channel sits under its own key, which only
+        this thread reads and deletes.
+        """
         st = self._st()
-        try:
-            if timeout is None:
-                raw = st.queue_pop(f"p/{src}>{self.me}", block=False)
-            else:
-                st.set_timeout(datetime.timedelta(seconds=timeout))
-                raw = st.queue_pop(f"p/{src}>{self.me}")
-        except dist.DistStoreError:  # includes QueueEmptyError
-            return False
+        key = f"p/{src}>{self.me}/{self._popped[src]}"
+        if timeout is None:
+            if not st.check([key]):
+                return False
+        else:
+            try:
+                st.wait([key], datetime.timedelta(seconds=max(timeout, 1e-3)))
+            except dist.DistStoreError:
+                return False
+        raw = st.get(key)
+        st.delete_key(key)
         with self._p2p_lock:
+            self._popped[src] += 1
             self._pending[src].append((self._arrivals, json.loads(raw)))
             self._arrivals += 1
         return True
@@ -592,7 +647,8 @@ class Fabric:
         if self._closed:
             return
         self._closed = True
-        deadline = time.monotonic() + min(self.timeout_s, _CLOSE_GRACE_S)
+        # a broken communicator (a peer lost, a deadlock reported) will not deliver what it still holds
+        deadline = time.monotonic() + (0.0 if self._broken else min(self.timeout_s, _CLOSE_GRACE_S))
         delay = 1e-4
         while True:
             with self._p2p_lock:

@@ -2,7 +2,8 @@
 
 Ops submitted to one stream run one after another on a thread of their own (like a CUDA stream).
 The thread exits once the stream has been idle for a moment and is started again on the next
-submit, so that idle communicators hold no thread and no store connection.
+submit, so that idle communicators hold no thread; its store connections go back to the shared
+idle list as soon as its queue is empty.
 """
 
 from __future__ import annotations
@@ -55,10 +56,19 @@ class Stream:
                 try:
                     result = fn()
                 except BaseException as exc:  # noqa: BLE001 - delivered to the waiter
+                    self._idle_release()
                     fut.set_exception(exc)
                 else:
+                    self._idle_release()
                     fut.set_result(result)
         finally:
+            connections.release_thread()
+
+    def _idle_release(self) -> None:
+        """Hand this thread's store connections back once nothing else is queued, before the
+        waiter wakes: the next op, often on another communicator's stream, then reuses them
+        instead of opening a connection (a connect can stall for seconds on some hosts)."""
+        if self._queue.empty():
             connections.release_thread()
 
     def close(self, timeout_s: float = 5.0) -> None:

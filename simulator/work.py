@@ -1,9 +1,16 @@
-"""Work objects: wait() blocks until the stream has finished the launch."""
+"""Work objects: wait() blocks until the stream has finished the launch.
+
+A Work's future completes with the op's output tensors, as torch's own backends complete theirs
+(ProcessGroupGloo's returnFutureWithOutput: a list of the output tensors; an empty list for ops
+without outputs). DDP's reducer reads element 0 of that value without a bounds check
+(c10d::detail::parseCppCommHookResult), so a future holding None crashes the process.
+"""
 
 from __future__ import annotations
 
 import time
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -11,14 +18,26 @@ import torch.distributed as dist
 from simulator import defects
 
 
-class SimWork(dist.Work):
-    """A launch in flight on a simulator stream."""
+def _outputs_of(done: torch.futures.Future, outputs: list[Any]) -> list[Any]:
+    done.value()  # re-raises the launch's error into the result future
+    return outputs
 
-    def __init__(self, future: torch.futures.Future, source_rank: int = -1, *, p2p: bool = False) -> None:
+
+class SimWork(dist.Work):
+    """A launch in flight on a simulator stream.
+
+    ``future`` completes when the launch has run (its value is the launch's own return value);
+    ``outputs`` are the tensors the op writes, which the Work's future (``get_future``) holds.
+    """
+
+    def __init__(self, future: torch.futures.Future, source_rank: int = -1, *, p2p: bool = False,
+                 outputs: list[Any] | None = None) -> None:
         super().__init__()
         self._future = future
         self._source = source_rank
         self._p2p = p2p
+        self._outputs = list(outputs or [])
+        self._result: torch.futures.Future | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Block until every op of the launch has completed (at most ``timeout``, if one is given and
@@ -49,12 +68,20 @@ class SimWork(dist.Work):
         return True
 
     def get_future(self) -> torch.futures.Future:
-        """The underlying future."""
-        return self._future
+        """A future that completes with the op's output tensors (a list), or with its error."""
+        if self._result is None:
+            outputs = self._outputs
+            self._result = self._future.then(lambda done: _outputs_of(done, outputs))
+        return self._result
+
+    def result(self) -> list[Any]:
+        """The op's output tensors (after waiting), as torch's backends return them."""
+        self.wait()
+        return list(self._outputs)
 
     def _source_rank(self) -> int:
         self._future.wait()
-        value = self._future.value()
+        value: Any = self._future.value()
         return value if isinstance(value, int) else self._source
 
     def source_rank(self) -> int:

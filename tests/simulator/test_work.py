@@ -36,3 +36,25 @@ def test_batch_wait_no_wait_defect_returns_before_p2p_data_arrives() -> None:
     finally:
         defects.reset()
     assert not fut.done()
+
+
+def test_future_and_result_hold_the_output_tensors_as_gloo_does() -> None:
+    """DDP's reducer reads element 0 of the future's value (c10d parseCppCommHookResult)."""
+    out = torch.zeros(3)
+    fut = torch.futures.Future()
+    work = SimWork(fut, outputs=[out])
+    chained = work.get_future()
+    assert not chained.done()
+    fut.set_result(None)
+    value = chained.wait()
+    assert isinstance(value, list) and len(value) == 1 and value[0] is out
+    assert work.result()[0] is out
+    assert SimWork(torch.futures.Future(), outputs=None).get_future() is not None
+
+
+def test_future_carries_the_launch_error() -> None:
+    fut = torch.futures.Future()
+    work = SimWork(fut, outputs=[torch.zeros(1)])
+    fut.set_exception(ValueError("rank 1: all_reduce mismatch"))
+    with pytest.raises(RuntimeError, match="rank 1: all_reduce mismatch"):  # torch wraps a callback's error
+        work.get_future().wait()

@@ -1,0 +1,66 @@
+"""`python -m conformance framework`: a framework's own group builder on the simulator (torchcomms
+path, bound parent), its groups judged for members, inherited binding, qualified filters and
+options that arrive; each judgement shown to fail on a flawed builder or a planted defect."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance import framework
+from conformance.cli import main
+
+BUILDERS = "conformance.framework_builders"
+
+
+def outcomes(results) -> dict[str, tuple[str, str]]:
+    return {r.requirement: (r.outcome, r.detail) for r in results}
+
+
+def test_megatron_like_builder_at_world_8() -> None:
+    got = outcomes(framework.run(f"{BUILDERS}:megatron_like", 8, {}))
+    assert got["SPLIT-MEMBERSHIP"] == ("pass", "20 groups judged on 8 ranks")
+    assert got["SPLIT-BOUND-INHERIT"] == ("pass", "20 groups judged on 8 ranks")
+    assert got["QUAL-SUBGROUP-FILTER"][0] == "skip" and "no backend filter" in got["QUAL-SUBGROUP-FILTER"][1]
+    assert got["HINT-TORCHCOMMS-OPTIONS"][0] == "skip" and "no pg_options" in got["HINT-TORCHCOMMS-OPTIONS"][1]
+
+
+def test_builder_with_filters_and_options_passes_every_judgement() -> None:
+    got = outcomes(framework.run(f"{BUILDERS}:with_options", 4, {"tp": 2}))
+    assert {k: v[0] for k, v in got.items()} == dict.fromkeys(framework.CHECKS, "pass"), got
+
+
+def test_bare_filter_fails_naming_it() -> None:
+    got = outcomes(framework.run(f"{BUILDERS}:bare_filter", 4, {}))
+    outcome, detail = got["QUAL-SUBGROUP-FILTER"]
+    assert outcome == "fail" and "backend filter 'sim'" in detail and "<device>:<backend>" in detail, detail
+
+
+@pytest.mark.parametrize(("defect", "builder", "requirement", "needle"), [
+    ("split_child_unbound", "megatron_like", "SPLIT-BOUND-INHERIT", "expected communicator device meta:0"),
+    ("split_fresh_bootstrap", "megatron_like", "SPLIT-BOUND-INHERIT", "expected a communicator split from"),
+    ("torchcomms_drops_options", "with_options", "HINT-TORCHCOMMS-OPTIONS", "expected hints {'maxCTAs': '8'"),
+])
+def test_planted_defects_fail_their_judgement(monkeypatch: pytest.MonkeyPatch, defect: str, builder: str,
+                                              requirement: str, needle: str) -> None:
+    monkeypatch.setenv("SIM_DEFECTS", defect)  # inherited by the forked ranks
+    outcome, detail = outcomes(framework.run(f"{BUILDERS}:{builder}", 4, {}, timeout_s=20))[requirement]
+    assert outcome == "fail" and needle in detail, detail
+
+
+def test_cli_writes_a_report(tmp_path) -> None:
+    code = main(["framework", "--builder", f"{BUILDERS}:with_options", "--world-size", "4",
+                 "--kwargs", json.dumps({"tp": 2}), "--report-dir", str(tmp_path)])
+    assert code == 0
+    report = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert report["verdict"] == "conformant" and report["environment"]["builder"] == f"{BUILDERS}:with_options"
+    assert main(["framework", "--builder", "no_colon", "--report-dir", str(tmp_path)]) == 2
+
+
+def test_megatron_core_initialize_model_parallel() -> None:
+    pytest.importorskip("megatron.core", reason="Megatron-Core is not installed (not a dependency of the suite)")
+    got = outcomes(framework.run("megatron.core.parallel_state:initialize_model_parallel", 8,
+                                 {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}))
+    assert got["SPLIT-MEMBERSHIP"][0] == "pass", got
+    assert got["SPLIT-BOUND-INHERIT"][0] == "pass", got
