@@ -219,7 +219,8 @@ class SimProcessGroup(dist.ProcessGroup):
             raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         options = self._child_options(opts)
         config = self._child_config(options, opts)
-        members = sorted(self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks)
+        # in the caller's order: torch >= 2.15 keeps it (v2.15.0 distributed_c10d.py:6815), older torch sorts
+        members = [self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks]
         comm = self.split_comm(members if member else None, config)
         if comm is None:
             return None
@@ -453,15 +454,21 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
     global_ranks = list(common.global_ranks_in_group) or list(range(size))
     timeout_s = _timeout_s(common.timeout)
     is_world = not dist.is_initialized()
+    # torch >= 2.14 passes the group it is building, already bound when device_id was given:
+    # the simulator's group replaces it, so it keeps that binding (v2.15.0 distributed_c10d.py:3118)
+    replaced = getattr(common, "process_group", None)
+    bound = replaced.bound_device_id if replaced is not None else None
     if is_world:
         if defects.active("init_drops_options"):
             pg_options = None
         prefix, namespace = world_namespace(store, rank)
         root = root_store(store)
         comm_store = dist.PrefixStore(namespace, root) if root is not None else store
-        return SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
-                               prefix=prefix, root=root, namespace=namespace if root is not None else "",
-                               is_world=True)
+        world = SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
+                                prefix=prefix, root=root, namespace=namespace if root is not None else "",
+                                is_world=True)
+        world.bound_device_id = bound
+        return world
     world = dist.distributed_c10d._get_default_group()
     if not isinstance(world, SimProcessGroup):
         raise RuntimeError("simulator: a 'sim' subgroup needs a 'sim' default group")
@@ -470,6 +477,7 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
         options = None
     group = SimProcessGroup(store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store,
                             prefix=world._prefix, root=world._root, namespace=world._namespace)
+    group.bound_device_id = bound
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
     return group
