@@ -261,9 +261,10 @@ class SimProcessGroup(dist.ProcessGroup):
         self.shutdown()
 
     # --- launches ----------------------------------------------------------------------------
-    def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False) -> SimWork:
+    def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False,
+                p2p: bool = False) -> SimWork:
         faults.maybe_inject(self.my_global_rank, op)
-        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced))
+        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), p2p=p2p)
 
     def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool) -> SimWork | None:
         """One launch, one exchange for a whole coalesced block (``run(fabric, which_ops)``)."""
@@ -427,8 +428,13 @@ class SimProcessGroup(dist.ProcessGroup):
         ops, self._coalescing = self._coalescing or [], None
         sends = [fn for op, fn in ops if op == "send"]
         recvs = [fn for op, fn in ops if op == "recv"]
+        # torch >= 2.14 coalesces batch_isend_irecv for Python groups too (v2.14.1 distributed_c10d.py:3683),
+        # so the batch's work is a P2P work and the per-op launch defect applies to it as well
+        if defects.active("coalesced_per_op_launch"):
+            works = [self._launch("p2p", fn, p2p=True) for fn in sends + recvs]
+            return works[-1]
         return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in sends + recvs], ops=len(ops),
-                            coalesced=True)
+                            coalesced=True, p2p=True)
 
 
 def effective_config(options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
