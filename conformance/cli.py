@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from conformance.report import Result, write_report
@@ -47,9 +48,10 @@ def _progress(total: int) -> Any:
 
     def show(result: Result) -> None:
         done[0] += 1
-        line = f"[{done[0]:>3}/{total}] {result.requirement:<28} ws={result.world_size:<2} {SYMBOLS[result.outcome]}"
-        if result.outcome in ("fail", "error"):
-            line += f"  {result.detail[:160]}"
+        head = escape(f"[{done[0]:>3}/{total}] {result.requirement:<28} ws={result.world_size:<2}")
+        line = f"{head} {SYMBOLS[result.outcome]}"
+        if result.outcome in ("fail", "error"):  # details quote paths like [/x.py:12]: text, not markup
+            line += f"  {escape(result.detail[:160])}"
         console.print(line, markup=True)
 
     return show
@@ -72,7 +74,7 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
     verdict = run.report["verdict"]
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:
-        console.print(f"[yellow]stale waiver[/]: {stale}")
+        console.print(f"[yellow]stale waiver[/]: {escape(str(stale))}")
     if args.strict_waivers and run.stale:
         return 4
     return EXIT.get(verdict, 1)
@@ -84,7 +86,7 @@ def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Name
         total = len(selection.pick(load_bound_catalog())) * len(args.world_sizes)
         make_target(target, options)
     except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     console.print(f"running {total} cases on target [bold]{target}[/] at world sizes {args.world_sizes}")
     run = run_suite(target, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except SpecError as exc:
-        console.print(f"[red]error in the spec:[/] {exc}")
+        console.print(f"[red]error in the spec:[/] {escape(str(exc))}")
         return 2
 
 
