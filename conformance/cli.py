@@ -75,6 +75,8 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:
         console.print(f"[yellow]stale waiver[/]: {escape(str(stale))}")
+    for entry in run.out_of_range:
+        console.print(f"[yellow]waiver out of range[/]: {escape(entry['message'])}")
     if args.strict_waivers and run.stale:
         return 4
     return EXIT.get(verdict, 1)

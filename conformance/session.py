@@ -14,6 +14,7 @@ from conformance.report import (
     build_report,
     collect_environment,
     load_expectations,
+    out_of_range,
 )
 from conformance.runner.inprocess import run_requirements
 from conformance.runner.orchestrate import run_case
@@ -49,6 +50,7 @@ class SuiteRun:
     interrupted: bool = False
     report: dict[str, Any] = field(default_factory=dict)
     stale: list[dict[str, Any]] = field(default_factory=list)
+    out_of_range: list[dict[str, Any]] = field(default_factory=list)
 
 
 def load_bound_catalog() -> list[Requirement]:
@@ -113,9 +115,11 @@ def run_suite(
 
 def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str) -> SuiteRun:
     """Apply the target's expectations and build the report."""
-    results, run.stale = apply_expectations(run.results, load_expectations(target), strict=False)
+    expectations = load_expectations(target)
+    results, run.stale = apply_expectations(run.results, expectations, strict=False)
+    run.out_of_range = out_of_range(expectations)
     run.results = results
     environment = collect_environment(make_target(target, target_options).environment())
     run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
-                              stale_waivers=run.stale)
+                              stale_waivers=run.stale, out_of_range_waivers=run.out_of_range)
     return run
