@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import torch
 
 from conformance.checks import bind_checks
 from conformance.report import (
@@ -60,9 +62,28 @@ def load_bound_catalog() -> list[Requirement]:
     return catalog
 
 
-def statements() -> dict[str, str]:
-    """Requirement id -> its statement, with the spec's finding appended where it has one."""
-    return {r.id: r.statement + (f" Finding: {r.finding}" if r.finding else "") for r in load_catalog()}
+def statements(torch_version: str | None = None) -> dict[str, str]:
+    """Requirement id -> its statement, with the spec's finding as it stands on this torch appended."""
+    version = torch_version or torch.__version__
+    return {r.id: " ".join(filter(None, (r.statement, r.finding_text(version)))) for r in load_catalog()}
+
+
+def fixed_upstream(results: list[Result], torch_version: str | None = None) -> list[Result]:
+    """Mark passes of requirements whose spec finding no longer holds on this torch as fixed upstream.
+
+    Such a pass is torch's front end having fixed what the finding describes, not the backend
+    meeting a SHOULD; the note says which torch range the finding held in.
+    """
+    version = torch_version or torch.__version__
+    fixed = {r.id: r for r in load_catalog() if r.finding and not r.finding_holds(version)}
+    def mark(result: Result) -> Result:
+        req = fixed.get(result.requirement)
+        if req is None or result.outcome != "pass":
+            return result
+        note = f"fixed upstream: the spec's finding held on torch {req.finding_torch}, not on {version}"
+        return replace(result, notes=[*result.notes, note])
+
+    return [mark(r) for r in results]
 
 
 def run_suite(
@@ -118,7 +139,7 @@ def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, s
     expectations = load_expectations(target)
     results, run.stale = apply_expectations(run.results, expectations, strict=False)
     run.out_of_range = out_of_range(expectations)
-    run.results = results
+    run.results = results = fixed_upstream(results)
     environment = collect_environment(make_target(target, target_options).environment())
     run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
                               stale_waivers=run.stale, out_of_range_waivers=run.out_of_range)
