@@ -23,6 +23,7 @@ import simulator
 from conformance import frontend_mutants
 from conformance.runner.pool import PoolSet
 from conformance.session import SuiteRun, load_bound_catalog, run_suite
+from conformance.torch_compat import TORCH, defect_inapplicable
 
 BAD = ("fail", "error")
 
@@ -35,6 +36,11 @@ class Mutant:
     description: str
     defects: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+
+
+def inapplicable(mutant: Mutant) -> str | None:
+    """Why ``mutant`` plants no defect on the running torch, or None."""
+    return next(filter(None, (defect_inapplicable(d) for d in mutant.defects)), None)
 
 
 def mutants() -> list[Mutant]:
@@ -86,13 +92,15 @@ def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], leve
 def render(matrix: dict[str, Any]) -> str:
     """Markdown: defect x requirement, with what caught each defect."""
     reqs = list(matrix["clean"])
-    lines = ["# Defect matrix (simulator)", "",
+    lines = [f"# Defect matrix (simulator, torch {matrix.get('torch', '?')})", "",
              f"- defects caught by a MUST requirement: {matrix['kill_rate']:.0%}",
              f"- requirements observable on the simulator caught by some defect: {matrix['teeth_rate']:.0%}",
              f"- clean simulator MUST failures: {matrix['clean_must_failures'] or 'none'}", "",
              "| defect | caught by |", "| --- | --- |"]
     for name, row in matrix["mutants"].items():
         lines.append(f"| `{name}` | {', '.join(row['caught_by']) or '**NOT CAUGHT**'} |")
+    for name, reason in matrix.get("not_applicable", {}).items():
+        lines.append(f"| `{name}` | not applicable on this torch: {reason} |")
     lines += ["", "| requirement | clean | caught by defects |", "| --- | --- | --- |"]
     for rid in reqs:
         lines.append(f"| {rid} | {matrix['clean'][rid]} | {', '.join(matrix['killers'][rid]) or '-'} |")
@@ -120,7 +128,8 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
         say("clean run ...")
         clean = _outcomes(run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True))
         mutated: dict[str, dict[str, str]] = {}
-        all_mutants = mutants()
+        not_applicable = {m.name: why for m in mutants() if (why := inapplicable(m))}
+        all_mutants = [m for m in mutants() if m.name not in not_applicable]
         for i, m in enumerate(all_mutants, 1):
             outs = _outcomes(run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True,
                                        target_options={"defects": list(m.defects)}, env=m.env or None))
@@ -131,6 +140,8 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
         pools.close()
     matrix = build_matrix(clean, mutated, levels)
     matrix["descriptions"] = {m.name: m.description for m in mutants()}
+    matrix["not_applicable"] = not_applicable
+    matrix["torch"] = str(TORCH)
     matrix["generated"] = dt.datetime.now(dt.UTC).isoformat()
     report_dir.mkdir(parents=True, exist_ok=True)
     _write(report_dir / "defects.json", json.dumps(matrix, indent=2, sort_keys=True))

@@ -46,6 +46,14 @@ def split_refuses_unbound() -> bool:
     return not since("2.15")
 
 
+def defect_inapplicable(defect: str) -> str | None:
+    """Why a planted simulator defect is no defect on the running torch (torch itself behaves so), or None."""
+    if defect == "split_unbound_allowed" and not split_refuses_unbound():
+        return (f"torch {TORCH} itself splits a parent with no bound device: the refusal this defect removes "
+                "is gone from split_group since 2.15 (v2.14.1 distributed_c10d.py:6610 was the last)")
+    return None
+
+
 def batch_coalesces_python_groups() -> bool:
     """batch_isend_irecv coalesces for any ProcessGroup subclass from 2.14.
 
