@@ -66,13 +66,18 @@ def _outcomes(run: SuiteRun) -> dict[str, str]:
     return worst
 
 
-def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], levels: dict[str, str]) -> dict[str, Any]:
-    """The matrix and the three verdicts, from clean and per-mutant outcomes."""
+def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], levels: dict[str, str],
+                 fixed_upstream: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The matrix and the three verdicts, from clean and per-mutant outcomes.
+
+    ``fixed_upstream``: requirements whose spec finding no longer holds on this torch; their pass
+    is torch's front end having fixed the finding, not a backend behaviour a defect could break.
+    """
     caught = {m: [rid for rid, o in outs.items() if o in BAD and clean.get(rid) == "pass"]
               for m, outs in mutated.items()}
     caught_by_must = {m: [rid for rid in rids if levels[rid] == "MUST"] for m, rids in caught.items()}
     killers = {rid: [m for m, rids in caught.items() if rid in rids] for rid in clean}
-    observable = [rid for rid, o in clean.items() if o == "pass"]
+    observable = [rid for rid, o in clean.items() if o == "pass" and rid not in fixed_upstream]
     unkilled = [rid for rid in observable if not killers[rid]]
     must_clean_bad = [rid for rid, o in clean.items() if levels[rid] == "MUST" and o in BAD]
     return {
@@ -85,6 +90,7 @@ def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], leve
         "uncaught_mutants": [m for m, v in caught_by_must.items() if not v],
         "requirements_without_teeth": unkilled,
         "not_judged_on_sim": {rid: o for rid, o in clean.items() if o != "pass"},
+        "fixed_upstream": sorted(rid for rid in fixed_upstream if clean.get(rid) == "pass"),
         "clean_must_failures": must_clean_bad,
     }
 
@@ -104,6 +110,10 @@ def render(matrix: dict[str, Any]) -> str:
     lines += ["", "| requirement | clean | caught by defects |", "| --- | --- | --- |"]
     for rid in reqs:
         lines.append(f"| {rid} | {matrix['clean'][rid]} | {', '.join(matrix['killers'][rid]) or '-'} |")
+    if matrix.get("fixed_upstream"):
+        lines += ["", "Fixed upstream on this torch (the spec's finding no longer holds: torch's front end passes "
+                  "them, no backend defect can break them, so they are not counted for teeth):", ""]
+        lines += [f"- {rid}" for rid in matrix["fixed_upstream"]]
     if matrix["not_judged_on_sim"]:
         lines += ["", "Not judged on the simulator (skip / not-observable there, or failing on torch 2.13's "
                   "front end before any backend is reached, see the spec's `finding`):", ""]
@@ -122,6 +132,7 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     """Run clean + every mutant, write reports/defects.{json,md}; exit 1 unless all three targets hold."""
     catalog = load_bound_catalog()
     levels = {r.id: r.level for r in catalog}
+    fixed = frozenset(r.id for r in catalog if r.finding and not r.finding_holds(str(TORCH)))
     pools = PoolSet()
     say = progress.print if progress else (lambda *a, **k: None)
     try:
@@ -138,7 +149,7 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
             say(f"[{i:>2}/{len(all_mutants)}] {m.name:<28} caught by {', '.join(hit) or 'NOTHING'}")
     finally:
         pools.close()
-    matrix = build_matrix(clean, mutated, levels)
+    matrix = build_matrix(clean, mutated, levels, fixed)
     matrix["descriptions"] = {m.name: m.description for m in mutants()}
     matrix["not_applicable"] = not_applicable
     matrix["torch"] = str(TORCH)
