@@ -40,7 +40,7 @@ class Mutant:
 
 def inapplicable(mutant: Mutant) -> str | None:
     """Why ``mutant`` plants no defect on the running torch, or None."""
-    return next(filter(None, (defect_inapplicable(d) for d in mutant.defects)), None)
+    return next(filter(None, (defect_inapplicable(d) for d in (mutant.name, *mutant.defects))), None)
 
 
 def mutants() -> list[Mutant]:

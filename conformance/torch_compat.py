@@ -47,10 +47,15 @@ def split_refuses_unbound() -> bool:
 
 
 def defect_inapplicable(defect: str) -> str | None:
-    """Why a planted simulator defect is no defect on the running torch (torch itself behaves so), or None."""
+    """Why a planted defect (simulator switch or front-end mutant) is none on the running torch, or None."""
     if defect == "split_unbound_allowed" and not split_refuses_unbound():
         return (f"torch {TORCH} itself splits a parent with no bound device: the refusal this defect removes "
                 "is gone from split_group since 2.15 (v2.14.1 distributed_c10d.py:6610 was the last)")
+    if defect == "frontend_filter_ignored" and not since("2.13"):
+        return f"torch {TORCH}'s split_group has no backend filter to ignore (v2.11.0 distributed_c10d.py:5198)"
+    if defect == "frontend_mixed_types_swallowed" and not since("2.13"):
+        return (f"torch {TORCH}'s _coalescing_manager has no mixed-type refusal to swallow: it runs the block "
+                "as its first op's type (v2.11.0 distributed_c10d.py:2751)")
     return None
 
 
