@@ -61,6 +61,12 @@ class ToyProcessGroup(dist.ProcessGroup):
     def getGroupName(self) -> str:
         return self._name
 
+    def _get_backend(self, device: Any) -> ToyProcessGroup:
+        # torch >= 2.14 asks every ProcessGroup for its backend in batch_isend_irecv (v2.14.1
+        # distributed_c10d.py:3683); a Python group has none registered, so it answers itself.
+        # Without supports_coalescing, torch then issues the batch as separate isend/irecv.
+        return self
+
     def shutdown(self) -> None:
         self._store = None
 
