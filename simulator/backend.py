@@ -219,7 +219,7 @@ class SimProcessGroup(dist.ProcessGroup):
             raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         options = self._child_options(opts)
         config = self._child_config(options, opts)
-        # in the caller's order: torch >= 2.15 keeps it (v2.15.0 distributed_c10d.py:6815), older torch sorts
+        # in the caller's order: torch >= 2.14 keeps it (v2.15.0 distributed_c10d.py:6815), 2.13 sorts first
         members = [self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks]
         comm = self.split_comm(members if member else None, config)
         if comm is None:
