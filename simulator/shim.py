@@ -4,7 +4,9 @@ The binding is ``cpu:0`` on every supported torch (2.11-2.15): the device the si
 lives on, and one every other CPU backend has a leg for, so a ``new_group(backend="gloo")``
 made in a bound simulator world is bound to a device gloo serves (real clients such as
 Megatron's ``initialize_model_parallel`` make such groups; with the earlier ``meta:0`` binding
-torch's eager connect asked gloo for a ``meta`` backend and failed). What is patched, per torch:
+torch's eager connect asked gloo for a ``meta`` backend and failed). How a world gets bound:
+torch 2.15 binds through ``init_process_group(device_id=cpu:0)`` itself; on 2.11-2.14 that call
+works through the backport (2), and ``bind_device`` works on every version. What is patched:
 
 1. ``bind_device(pg)`` sets ``pg.bound_device_id = cpu:0`` and asks the simulator to create the
    group communicator now, exactly what torch's init does after ``device_id=`` (torch 2.15
