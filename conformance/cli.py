@@ -69,9 +69,10 @@ def _progress(total: int) -> Any:
 
     def show(result: Result) -> None:
         done[0] += 1
-        line = f"[{done[0]:>3}/{total}] {result.requirement:<28} ws={result.world_size:<2} {SYMBOLS[result.outcome]}"
-        if result.outcome in ("fail", "error"):
-            line += f"  {result.detail[:160]}"
+        head = escape(f"[{done[0]:>3}/{total}] {result.requirement:<28} ws={result.world_size:<2}")
+        line = f"{head} {SYMBOLS[result.outcome]}"
+        if result.outcome in ("fail", "error"):  # details quote paths like [/x.py:12]: text, not markup
+            line += f"  {escape(result.detail[:160])}"
         console.print(line, markup=True)
 
     return show
@@ -98,7 +99,9 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
                      if judged["unjudged"] else ""))
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:
-        console.print(f"[yellow]stale waiver[/]: {stale}")
+        console.print(f"[yellow]stale waiver[/]: {escape(str(stale))}")
+    for entry in run.out_of_range:
+        console.print(f"[yellow]waiver out of range[/]: {escape(entry['message'])}")
     if args.strict_waivers and run.stale:
         return 4
     return EXIT.get(verdict, 1)

@@ -23,6 +23,7 @@ import simulator
 from conformance import frontend_mutants
 from conformance.runner.pool import PoolSet
 from conformance.session import SuiteRun, load_bound_catalog, run_suite
+from conformance.torch_compat import TORCH, defect_inapplicable
 
 BAD = ("fail", "error")
 INTERRUPTED = 3  # the exit code of an interrupted run, as for `run`
@@ -36,6 +37,11 @@ class Mutant:
     description: str
     defects: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+
+
+def inapplicable(mutant: Mutant) -> str | None:
+    """Why ``mutant`` plants no defect on the running torch, or None."""
+    return next(filter(None, (defect_inapplicable(d) for d in (mutant.name, *mutant.defects))), None)
 
 
 def mutants() -> list[Mutant]:
@@ -61,13 +67,18 @@ def _outcomes(run: SuiteRun) -> dict[str, str]:
     return worst
 
 
-def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], levels: dict[str, str]) -> dict[str, Any]:
-    """The matrix and the three verdicts, from clean and per-mutant outcomes."""
+def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], levels: dict[str, str],
+                 fixed_upstream: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The matrix and the three verdicts, from clean and per-mutant outcomes.
+
+    ``fixed_upstream``: requirements whose spec finding no longer holds on this torch; their pass
+    is torch's front end having fixed the finding, not a backend behaviour a defect could break.
+    """
     caught = {m: [rid for rid, o in outs.items() if o in BAD and clean.get(rid) == "pass"]
               for m, outs in mutated.items()}
     caught_by_must = {m: [rid for rid in rids if levels[rid] == "MUST"] for m, rids in caught.items()}
     killers = {rid: [m for m, rids in caught.items() if rid in rids] for rid in clean}
-    observable = [rid for rid, o in clean.items() if o == "pass"]
+    observable = [rid for rid, o in clean.items() if o == "pass" and rid not in fixed_upstream]
     unkilled = [rid for rid in observable if not killers[rid]]
     must_clean_bad = [rid for rid, o in clean.items() if levels[rid] == "MUST" and o in BAD]
     return {
@@ -80,6 +91,7 @@ def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], leve
         "uncaught_mutants": [m for m, v in caught_by_must.items() if not v],
         "requirements_without_teeth": unkilled,
         "not_judged_on_sim": {rid: o for rid, o in clean.items() if o != "pass"},
+        "fixed_upstream": sorted(rid for rid in fixed_upstream if clean.get(rid) == "pass"),
         "clean_must_failures": must_clean_bad,
     }
 
@@ -87,16 +99,22 @@ def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], leve
 def render(matrix: dict[str, Any]) -> str:
     """Markdown: defect x requirement, with what caught each defect."""
     reqs = list(matrix["clean"])
-    lines = ["# Defect matrix (simulator)", "",
+    lines = [f"# Defect matrix (simulator, torch {matrix.get('torch', '?')})", "",
              f"- defects caught by a MUST requirement: {matrix['kill_rate']:.0%}",
              f"- requirements observable on the simulator caught by some defect: {matrix['teeth_rate']:.0%}",
              f"- clean simulator MUST failures: {matrix['clean_must_failures'] or 'none'}", "",
              "| defect | caught by |", "| --- | --- |"]
     for name, row in matrix["mutants"].items():
         lines.append(f"| `{name}` | {', '.join(row['caught_by']) or '**NOT CAUGHT**'} |")
+    for name, reason in matrix.get("not_applicable", {}).items():
+        lines.append(f"| `{name}` | not applicable on this torch: {reason} |")
     lines += ["", "| requirement | clean | caught by defects |", "| --- | --- | --- |"]
     for rid in reqs:
         lines.append(f"| {rid} | {matrix['clean'][rid]} | {', '.join(matrix['killers'][rid]) or '-'} |")
+    if matrix.get("fixed_upstream"):
+        lines += ["", "Fixed upstream on this torch (the spec's finding no longer holds: torch's front end passes "
+                  "them, no backend defect can break them, so they are not counted for teeth):", ""]
+        lines += [f"- {rid}" for rid in matrix["fixed_upstream"]]
     if matrix["not_judged_on_sim"]:
         lines += ["", "Not judged on the simulator (skip / not-observable there, or failing on torch 2.13's "
                   "front end before any backend is reached, see the spec's `finding`):", ""]
@@ -123,6 +141,7 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     """
     catalog = load_bound_catalog()
     levels = {r.id: r.level for r in catalog}
+    fixed = frozenset(r.id for r in catalog if r.finding and not r.finding_holds(str(TORCH)))
     pools = PoolSet()
     say = progress.print if progress else (lambda *a, **k: None)
     try:
@@ -132,7 +151,8 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
             return _interrupted(say, report_dir)
         clean = _outcomes(run)
         mutated: dict[str, dict[str, str]] = {}
-        all_mutants = mutants()
+        not_applicable = {m.name: why for m in mutants() if (why := inapplicable(m))}
+        all_mutants = [m for m in mutants() if m.name not in not_applicable]
         for i, m in enumerate(all_mutants, 1):
             run = run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True,
                             target_options={"defects": list(m.defects)}, env=m.env or None)
@@ -144,8 +164,10 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
             say(f"[{i:>2}/{len(all_mutants)}] {m.name:<28} caught by {', '.join(hit) or 'NOTHING'}")
     finally:
         pools.close()
-    matrix = build_matrix(clean, mutated, levels)
+    matrix = build_matrix(clean, mutated, levels, fixed)
     matrix["descriptions"] = {m.name: m.description for m in mutants()}
+    matrix["not_applicable"] = not_applicable
+    matrix["torch"] = str(TORCH)
     matrix["generated"] = dt.datetime.now(dt.UTC).isoformat()
     report_dir.mkdir(parents=True, exist_ok=True)
     _write(report_dir / "defects.json", json.dumps(matrix, indent=2, sort_keys=True))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import torch
 
 from conformance import interrupts
 from conformance.checks import bind_checks
@@ -17,6 +19,7 @@ from conformance.report import (
     build_report,
     collect_environment,
     load_expectations,
+    out_of_range,
 )
 from conformance.runner.inprocess import run_requirements
 from conformance.runner.orchestrate import run_case
@@ -52,6 +55,7 @@ class SuiteRun:
     interrupted: bool = False
     report: dict[str, Any] = field(default_factory=dict)
     stale: list[dict[str, Any]] = field(default_factory=list)
+    out_of_range: list[dict[str, Any]] = field(default_factory=list)
 
 
 def load_bound_catalog() -> list[Requirement]:
@@ -80,9 +84,28 @@ def load_target_expectations(target: str) -> list[Expectation]:
     return entries
 
 
-def statements() -> dict[str, str]:
-    """Requirement id -> its statement, with the spec's finding appended where it has one."""
-    return {r.id: r.statement + (f" Finding: {r.finding}" if r.finding else "") for r in load_catalog()}
+def statements(torch_version: str | None = None) -> dict[str, str]:
+    """Requirement id -> its statement, with the spec's finding as it stands on this torch appended."""
+    version = torch_version or torch.__version__
+    return {r.id: " ".join(filter(None, (r.statement, r.finding_text(version)))) for r in load_catalog()}
+
+
+def fixed_upstream(results: list[Result], torch_version: str | None = None) -> list[Result]:
+    """Mark passes of requirements whose spec finding no longer holds on this torch as fixed upstream.
+
+    Such a pass is torch's front end having fixed what the finding describes, not the backend
+    meeting a SHOULD; the note says which torch range the finding held in.
+    """
+    version = torch_version or torch.__version__
+    fixed = {r.id: r for r in load_catalog() if r.finding and not r.finding_holds(version)}
+    def mark(result: Result) -> Result:
+        req = fixed.get(result.requirement)
+        if req is None or result.outcome != "pass":
+            return result
+        note = f"fixed upstream: the spec's finding held on torch {req.finding_torch}, not on {version}"
+        return replace(result, notes=[*result.notes, note])
+
+    return [mark(r) for r in results]
 
 
 def run_suite(
@@ -148,10 +171,13 @@ def run_suite(
 
 def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str) -> SuiteRun:
     """Apply the target's expectations and build the report."""
-    results, run.stale = apply_expectations(run.results, load_target_expectations(target), strict=False)
-    run.results = results
+    expectations = load_target_expectations(target)
+    results, run.stale = apply_expectations(run.results, expectations, strict=False)
+    run.out_of_range = out_of_range(expectations)
+    run.results = results = fixed_upstream(results)
     stack = make_target(target, target_options)
     environment = collect_environment(stack.environment())
     run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
-                              stale_waivers=run.stale, capabilities=stack.capabilities)
+                              stale_waivers=run.stale, out_of_range_waivers=run.out_of_range,
+                              capabilities=stack.capabilities)
     return run

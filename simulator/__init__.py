@@ -6,7 +6,7 @@ Usage::
     import simulator
     simulator.register()                       # backend name "sim", device cpu
     dist.init_process_group("cpu:sim", store=store, rank=rank, world_size=n)
-    simulator.bind_device(dist.group.WORLD)    # eager init (virtual device binding)
+    simulator.bind_device(dist.group.WORLD)    # eager init: binds cpu:0 (see shim.py)
 """
 
 from __future__ import annotations

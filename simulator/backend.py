@@ -228,9 +228,10 @@ class SimProcessGroup(dist.ProcessGroup):
             raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         options = self._child_options(opts)
         config = self._child_config(options, opts)
-        members = sorted(self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks)
+        # in the caller's order: torch >= 2.14 keeps it (v2.15.0 distributed_c10d.py:6815), 2.13 sorts first
+        members = [self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks]
         if defects.active("split_ranks_as_global"):
-            members = sorted(ranks)
+            members = list(ranks)
         comm = self.split_comm(members if member else None, config)
         if comm is None:
             return None
@@ -272,9 +273,9 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # --- launches ----------------------------------------------------------------------------
     def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False,
-                outputs: list[Any] | None = None) -> SimWork:
+                outputs: list[Any] | None = None, p2p: bool = False) -> SimWork:
         faults.maybe_inject(self.my_global_rank, op)
-        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs)
+        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs, p2p=p2p)
 
     def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool,
                    outputs: list[torch.Tensor] | None = None) -> SimWork | None:
@@ -488,17 +489,21 @@ class SimProcessGroup(dist.ProcessGroup):
         """One launch per communicator the block's P2P ops use (the group's, or lazy pair ones),
         sends before receives; every receive was posted when issued, so rendezvous sends complete."""
         ops, self._coalescing = self._coalescing or [], None
-        by_comm: dict[str, tuple[Communicator, list[tuple[str, Callable[[Fabric], Any]]]]] = {}
-        for comm, op, fn in ops:
-            by_comm.setdefault(comm.id, (comm, []))[1].append((op, fn))
+        # torch >= 2.14 coalesces batch_isend_irecv for Python groups too (v2.14.1 distributed_c10d.py:3683),
+        # so the batch's work is a P2P work and the per-op launch defect applies to it as well
+        ordered = [o for o in ops if o[1] == "send"] + [o for o in ops if o[1] == "recv"]
+        if defects.active("coalesced_per_op_launch"):
+            works = [SimWork(comm.launch("p2p", fn), p2p=True) for comm, _, fn in ordered]
+            return works[-1]
+        by_comm: dict[str, tuple[Communicator, list[Callable[[Fabric], Any]]]] = {}
+        for comm, _, fn in ordered:
+            by_comm.setdefault(comm.id, (comm, []))[1].append(fn)
         if not by_comm or (self._comm is not None and list(by_comm) == [self._comm.id]):
-            fns = [fn for _, op, fn in ops if op == "send"] + [fn for _, op, fn in ops if op == "recv"]
-            return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in fns], ops=len(ops), coalesced=True)
-        futures = []
-        for comm, group_ops in by_comm.values():
-            fns = [fn for op, fn in group_ops if op == "send"] + [fn for op, fn in group_ops if op == "recv"]
-            futures.append(comm.launch("p2p_coalesced", lambda f, fns=fns: [fn(f) for fn in fns],
-                                       ops=len(group_ops), coalesced=True))
+            fns = [fn for _, _, fn in ordered]
+            return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in fns], ops=len(ops), coalesced=True,
+                                p2p=True)
+        futures = [comm.launch("p2p_coalesced", lambda f, fns=fns: [fn(f) for fn in fns], ops=len(fns), coalesced=True)
+                   for comm, fns in by_comm.values()]
         every = torch.futures.collect_all(futures).then(lambda done: [f.value() for f in done.value()])
         return SimWork(every, p2p=True)  # value() re-raises the first launch error
 
@@ -526,15 +531,21 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
     global_ranks = list(common.global_ranks_in_group) or list(range(size))
     timeout_s = _timeout_s(common.timeout)
     is_world = not dist.is_initialized()
+    # torch >= 2.14 passes the group it is building, already bound when device_id was given:
+    # the simulator's group replaces it, so it keeps that binding (v2.15.0 distributed_c10d.py:3118)
+    replaced = getattr(common, "process_group", None)
+    bound = replaced.bound_device_id if replaced is not None else None
     if is_world:
         if defects.active("init_drops_options"):
             pg_options = None
         prefix, namespace = world_namespace(store, rank)
         root = root_store(store)
         comm_store = dist.PrefixStore(namespace, root) if root is not None else store
-        return SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
-                               prefix=prefix, root=root, namespace=namespace if root is not None else "",
-                               is_world=True)
+        world = SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
+                                prefix=prefix, root=root, namespace=namespace if root is not None else "",
+                                is_world=True)
+        world.bound_device_id = bound
+        return world
     world = dist.distributed_c10d._get_default_group()
     if not isinstance(world, SimProcessGroup):
         raise RuntimeError("simulator: a 'sim' subgroup needs a 'sim' default group")
@@ -543,6 +554,7 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
         options = None
     group = SimProcessGroup(store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store,
                             prefix=world._prefix, root=world._root, namespace=world._namespace)
+    group.bound_device_id = bound
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
         # torch binds the group it built, then discards it for the Python group a creator returns

@@ -1,24 +1,33 @@
-"""The narrowest shim that lets torch's own split_group run on CPU against the simulator.
+"""The narrowest shim that lets torch's own front end bind, split and new_group a simulator world.
 
-What it patches, and why (torch 2.13 CPU build):
+The binding is ``cpu:0`` on every supported torch (2.11-2.15): the device the simulator's data
+lives on, and one every other CPU backend has a leg for, so a ``new_group(backend="gloo")``
+made in a bound simulator world is bound to a device gloo serves (real clients such as
+Megatron's ``initialize_model_parallel`` make such groups; with the earlier ``meta:0`` binding
+torch's eager connect asked gloo for a ``meta`` backend and failed). How a world gets bound:
+torch 2.15 binds through ``init_process_group(device_id=cpu:0)`` itself; on 2.11-2.14 that call
+works through the backport (2), and ``bind_device`` works on every version. What is patched:
 
-1. ``bind_device(pg)``: torch refuses ``init_process_group(device_id=cpu)`` ("must be an
-   accelerator with an index"), and new_group refuses a cpu bound device for the same reason,
-   so eager init cannot be requested through torch on CPU. The shim sets
-   ``pg.bound_device_id = meta:0`` (torch's own attribute; ``meta`` is a built-in device type
-   that never holds data, so nothing can be placed on it by mistake, and unlike a renamed
-   PrivateUse1 it needs no device hooks when barrier() copies it into its options) and asks
-   the simulator to create the group communicator now, which is what
-   ``eager_connect_single_device`` does for NCCL. Data stays on the CPU. Nothing of torch is
-   replaced.
-2. ``torch.distributed.split_group`` (and the module attribute in distributed_c10d, which
-   new_group's torchcomms path calls) is wrapped. Only while a split of a *simulator* group
-   runs, ``torch.accelerator.is_available`` reports True and ``current_accelerator``
-   returns ``cpu``, because split_group looks the parent backend up by the current
-   accelerator and refuses outright when there is none. Every check torch makes before that
-   (empty split, unbound default group, group membership) and after (validation, naming,
-   registration of the child) runs unchanged. Splits of non-simulator groups call the
-   original function untouched.
+1. ``bind_device(pg)`` sets ``pg.bound_device_id = cpu:0`` and asks the simulator to create the
+   group communicator now, exactly what torch's init does after ``device_id=`` (torch 2.15
+   accepts ``init_process_group(device_id=cpu:0)`` itself; the simulator's creator then keeps
+   the binding torch put on the group it replaces).
+2. torch < 2.15 only: ``_new_process_group_helper`` refuses a ``cpu`` device_id ("must be an
+   accelerator with an index"), which new_group passes on from a bound default group. The
+   wrapper calls it unbound and then does what 2.15 does with a cpu device_id: sets
+   ``bound_device_id`` and connects eagerly when the group's backend supports splitting.
+3. torch >= 2.14 only: ``_get_split_source`` returns the simulator's group itself (a Python ``ProcessGroup``);
+   torch >= 2.14 stores it in ``_DistributedBackendOptions.split_from``, which only takes a c10d
+   ``Backend``. The wrapper hands torch a ``SplitSource`` (a ``dist.Backend`` that forwards
+   ``perform_nocolor_split`` and ``eager_connect_single_device`` to the group) instead.
+4. ``torch.distributed.split_group`` (and the distributed_c10d attribute) is wrapped. Only while
+   a split of a *simulator* group runs: torch < 2.15 looks the parent's backend up by the
+   current accelerator and refuses when there is none, so ``torch.accelerator`` reports ``cpu``
+   as available; torch >= 2.15 looks it up through ``parent_pg._device_types``, which is empty
+   for a Python ``ProcessGroup``, so the simulator's groups report ``[cpu]`` there. Every check
+   torch makes before and after runs unchanged; other backends' splits call torch untouched.
+
+``uninstall()`` restores every original.
 """
 
 from __future__ import annotations
@@ -32,23 +41,56 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from packaging.version import Version
+from torch._C._distributed_c10d import Backend as C10dBackend
 
 from simulator import defects
 
-VIRTUAL_DEVICE = torch.device("meta", 0)
+BOUND_DEVICE = torch.device("cpu", 0)
+TORCH = Version(Version(torch.__version__).base_version)
+#: torch < 2.15 refuses a cpu device_id in _new_process_group_helper (v2.13.0 distributed_c10d.py:2014).
+REFUSES_CPU_DEVICE_ID = Version("2.15") > TORCH
+#: torch >= 2.14 hands the split source to the creator as a c10d Backend (v2.15.0 distributed_c10d.py:3119).
+SPLIT_FROM_IN_OPTIONS = hasattr(c10d._DistributedBackendOptions, "split_from")
+
+_originals: dict[str, Callable[..., Any]] = {}
 
 
 def virtual_device() -> torch.device:
-    """The virtual device a simulator world is bound to: ``meta:0`` (a device type that holds no data)."""
-    return VIRTUAL_DEVICE
-_original: Callable[..., Any] | None = None
+    """The device a simulator world is bound to: ``cpu:0`` (where its data lives)."""
+    return BOUND_DEVICE
 
 
 def bind_device(pg: dist.ProcessGroup, device: torch.device | None = None) -> None:
-    """Bind ``pg`` to a virtual device and create its communicator eagerly."""
+    """Bind ``pg`` to ``device`` (default ``cpu:0``) and create its communicator eagerly."""
     device = device or virtual_device()
     pg.bound_device_id = device
     pg.eager_connect_single_device(device)
+
+
+class SplitSource(C10dBackend):
+    """What torch's new_group splits from in a bound simulator world: a c10d Backend handle.
+
+    torch keeps it in ``_DistributedBackendOptions.split_from`` (members) and calls its
+    ``perform_nocolor_split`` (non-members); both reach the simulator's group.
+    """
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        super().__init__(group.rank(), group.size())
+        self.group = group
+
+    @property
+    def supports_splitting(self) -> bool:
+        """The simulator's communicators split."""
+        return True
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """Take part in the parent's split as a non-member."""
+        self.group.perform_nocolor_split(device)
+
+    def eager_connect_single_device(self, device: Any) -> None:
+        """Create the parent's communicator now."""
+        self.group.eager_connect_single_device(device)
 
 
 @contextlib.contextmanager
@@ -65,38 +107,88 @@ def _is_sim(pg: Any) -> bool:
     return isinstance(pg, SimProcessGroup)
 
 
+@contextlib.contextmanager
+def _cpu_device_types() -> Iterator[None]:
+    """The simulator's groups report a cpu backend; torch's flight-recorder attach still skips them.
+
+    torch skips a Python ProcessGroup there by its empty ``_device_types`` (v2.15.0
+    distributed_c10d.py:2924): its C++ side cannot record such a group.
+    """
+    from simulator.backend import SimProcessGroup
+
+    attach = getattr(c10d, "_maybe_attach_flight_recorder", None)
+
+    def maybe_attach(pg: Any, *args: Any, **kwargs: Any) -> None:
+        if attach is not None and not _is_sim(pg):
+            attach(pg, *args, **kwargs)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(SimProcessGroup, "_device_types", [torch.device("cpu")], create=True))
+        if attach is not None:
+            stack.enter_context(mock.patch.object(c10d, "_maybe_attach_flight_recorder", maybe_attach))
+        yield
+
+
 def _split_group(*args: Any, **kwargs: Any) -> Any:
-    assert _original is not None
+    original = _originals["split_group"]
     if not dist.is_initialized():
-        return _original(*args, **kwargs)
+        return original(*args, **kwargs)
     default = c10d._get_default_group()
     parent = kwargs.get("parent_pg", args[0] if args else None) or default
     if not _is_sim(parent):
-        return _original(*args, **kwargs)
+        return original(*args, **kwargs)
     with contextlib.ExitStack() as stack:
         if defects.active("split_unbound_allowed") and default.bound_device_id is None:
             default.bound_device_id = virtual_device()
             stack.callback(setattr, default, "bound_device_id", None)
         stack.enter_context(virtual_accelerator())
-        return _original(*args, **kwargs)
+        stack.enter_context(_cpu_device_types())
+        return original(*args, **kwargs)
+
+
+def _get_split_source(*args: Any, **kwargs: Any) -> Any:
+    source = _originals["_get_split_source"](*args, **kwargs)
+    return SplitSource(source) if _is_sim(source) else source
+
+
+def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
+    original = _originals["_new_process_group_helper"]
+    device = kwargs.get("device_id")
+    if device is None or device.type != "cpu":
+        return original(*args, **kwargs)
+    pg, store = original(*args, **{**kwargs, "device_id": None})
+    if isinstance(pg, dist.ProcessGroup):
+        pg.bound_device_id = device
+        backend = pg._get_backend(device)
+        if backend.supports_splitting:
+            backend.eager_connect_single_device(device)
+    return pg, store
+
+
+def _patch(name: str, wrapper: Callable[..., Any], *, public: bool = False) -> None:
+    original = getattr(c10d, name)
+    _originals[name] = original
+    wrapped = functools.wraps(original)(wrapper)
+    setattr(c10d, name, wrapped)
+    if public:
+        setattr(dist, name, wrapped)
 
 
 def install() -> None:
-    """Wrap split_group (idempotent)."""
-    global _original
-    if _original is not None:
+    """Install the wrappers this torch needs (idempotent)."""
+    if _originals:
         return
-    _original = c10d.split_group
-    wrapper = functools.wraps(_original)(_split_group)
-    c10d.split_group = wrapper
-    dist.split_group = wrapper
+    _patch("split_group", _split_group, public=True)
+    if SPLIT_FROM_IN_OPTIONS:
+        _patch("_get_split_source", _get_split_source)
+    if REFUSES_CPU_DEVICE_ID:
+        _patch("_new_process_group_helper", _new_process_group_helper)
 
 
 def uninstall() -> None:
-    """Restore torch's split_group."""
-    global _original
-    if _original is None:
-        return
-    c10d.split_group = _original
-    dist.split_group = _original
-    _original = None
+    """Restore torch's functions."""
+    for name, original in _originals.items():
+        setattr(c10d, name, original)
+        if name == "split_group":
+            dist.split_group = original
+    _originals.clear()

@@ -35,3 +35,13 @@ def test_a_planted_defect_makes_the_run_non_conformant(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "sim.json").read_text())
     assert code == 1 and report["verdict"] == "non-conformant"
     assert "non-member raised" in report["results"][0]["detail"]
+
+
+def test_progress_prints_a_detail_that_looks_like_rich_markup(capsys) -> None:
+    """A failure detail naming ``[/path:line]`` is printed as text, not parsed as a closing tag."""
+    from conformance.cli import _progress
+    from conformance.report import Result
+
+    detail = "rank 0: refused at [/usr/lib/torch/distributed_c10d.py:2014] with [bold]"
+    _progress(1)(Result("SPLIT-MEMBERSHIP", "split", "MUST", 2, "fail", detail, 0.1))
+    assert "[/usr/lib/torch/distributed_c10d.py:2014]" in capsys.readouterr().err

@@ -15,6 +15,10 @@ def test_build_matrix_flags_uncaught_defects_and_toothless_requirements() -> Non
     assert matrix["uncaught_mutants"] == ["d2"]
     assert matrix["requirements_without_teeth"] == ["B"]
     assert matrix["not_judged_on_sim"] == {"C": "fail"}
+    fixed = build_matrix(clean, {"d1": {"A": "fail", "B": "pass", "C": "fail"}},
+                         {"A": "MUST", "B": "SHOULD", "C": "SHOULD"}, frozenset({"B"}))
+    assert fixed["requirements_without_teeth"] == [] and fixed["fixed_upstream"] == ["B"]
+    assert fixed["teeth_rate"] == 1.0
 
 
 @pytest.mark.slow

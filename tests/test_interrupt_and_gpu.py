@@ -20,8 +20,11 @@ def _children(pid: int) -> list[int]:
 
 
 def test_ctrl_c_writes_an_incomplete_report_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    # rank 0's first all_reduce in each pool sleeps 2 s: on torch 2.15 the whole run takes about 2 s,
+    # so without it the SIGINT below could land after the run had finished
+    env = {**os.environ, "SIM_FAULT": "0:allreduce:slow"}
     proc = subprocess.Popen([sys.executable, "-m", "conformance", "run", "--target", "sim", "--world-sizes", "2,4",
-                             "--report-dir", str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+                             "--report-dir", str(tmp_path)], cwd=ROOT, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
     while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -72,3 +72,24 @@ def test_requirement_without_check_and_check_without_requirement_are_errors() ->
         _REGISTRY["P2P-DATA"] = saved
     with pytest.raises(SpecError, match="check has no requirement"):
         bind_checks([r for r in catalog if r.id != "P2P-DATA"])
+
+
+def test_finding_torch_says_where_a_finding_holds_and_reports_it_fixed_elsewhere(spec_copy: Path) -> None:
+    """A finding scoped to torch <2.14 is a finding on 2.13 and 'fixed upstream' on 2.15, pass noted as such."""
+    from conformance.report import Result
+    from conformance.session import fixed_upstream
+
+    req = {r.id: r for r in load_catalog()}["QUAL-OOT-DEVICES-STRING"]
+    assert req.finding_holds("2.13.0+cpu") and not req.finding_holds("2.15.0+cu132")
+    assert req.finding_text("2.13.0").startswith("Finding: ")
+    assert "fixed upstream, does not hold on 2.15.0" in req.finding_text("2.15.0")
+    passed = Result(req.id, req.area, req.level, 2, "pass", "", 0.0)
+    (on_215,) = fixed_upstream([passed], "2.15.0")
+    assert on_215.notes == ["fixed upstream: the spec's finding held on torch <2.14, not on 2.15.0"]
+    assert fixed_upstream([passed], "2.13.0")[0].notes == []
+    path = spec_copy / "split.toml"
+    scoped = 'torch = ">=2.11,<2.15"'
+    path.write_text(path.read_text().replace(scoped, scoped + '\nfinding_torch = "<2.14"', 1))
+    with pytest.raises(SpecError) as err:
+        load_catalog(spec_copy)
+    assert (err.value.requirement, err.value.field) == ("SPLIT-UNBOUND-REFUSED", "finding_torch")

@@ -16,6 +16,7 @@ from conformance.checks.common import (
 from conformance.checks.derived_groups import check_derived_groups
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
+from conformance.torch_compat import split_child_ranks, split_nonmember_value
 
 
 @check("SPLIT-UNBOUND-REFUSED")
@@ -69,13 +70,15 @@ def _upper_subgroup(ctx: CheckContext) -> tuple[list[int], dist.ProcessGroup | N
 
 @check("SPLIT-MEMBERSHIP")
 def membership(ctx: CheckContext) -> None:
-    """Members get their sorted global ranks, non-members None, for every UCC shape."""
+    """Members get their global ranks in torch's order, non-members torch's value, for every UCC shape."""
     ctx.init_world("eager")
+    nonmember = split_nonmember_value()
     for shape, groups in group_shapes(ctx.world_size).items():
-        mine = next((sorted(g) for g in groups if ctx.rank in g), None)
+        mine = next((split_child_ranks(g) for g in groups if ctx.rank in g), None)
         child = dist.split_group(split_ranks=groups)
         if mine is None:
-            ctx.expect(child is None, f"shape {shape}: split_group on a non-member", None, child)
+            ctx.expect(_is_nonmember(child, nonmember), f"shape {shape}: split_group on a non-member",
+                       nonmember, child)
             continue
         ctx.expect(child is not None, f"shape {shape}: split_group on a member", "a group", child)
         ctx.expect_equal(f"shape {shape}: child's global ranks", mine, dist.get_process_group_ranks(child))
@@ -98,7 +101,7 @@ def membership(ctx: CheckContext) -> None:
 
 @check("SPLIT-PARTIAL-NONMEMBER")
 def partial_nonmember(ctx: CheckContext) -> None:
-    """Ranks in no group of a partial split get None, without exception or hang."""
+    """Ranks in no group of a partial split get torch's non-member value, without exception or hang."""
     ctx.init_world("eager")
     members = list(range(max(1, ctx.world_size // 2)))
     try:
@@ -108,11 +111,17 @@ def partial_nonmember(ctx: CheckContext) -> None:
         raise CheckFailed(f"rank {ctx.rank}: partial split {members}: {role} raised "
                           f"{type(exc).__name__}: {exc}") from None
     if ctx.rank not in members:
-        ctx.expect(child is None, f"partial split {members}: non-member's result", None, child)
+        nonmember = split_nonmember_value()
+        ctx.expect(_is_nonmember(child, nonmember), f"partial split {members}: non-member's result", nonmember, child)
     else:
         ctx.expect(child is not None, f"partial split {members}: member's result", "a group", child)
         expect_allreduce_members(ctx, child, members, f"partial split {members}")
     expect_allreduce_members(ctx, dist.group.WORLD, list(range(ctx.world_size)), "world after the partial split")
+
+
+def _is_nonmember(child: object, nonmember: object) -> bool:
+    """``child`` is torch's non-member value (None, or the GroupMember.NON_GROUP_MEMBER int)."""
+    return child is None if nonmember is None else type(child) is int and child == nonmember
 
 
 @check("SPLIT-NEWGROUP-SINGLETON")

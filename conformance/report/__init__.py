@@ -8,6 +8,7 @@ from conformance.report.expectations import (
     StaleWaiverError,
     apply_expectations,
     load_expectations,
+    out_of_range,
 )
 from conformance.report.markdown import render_markdown
 from conformance.report.model import Result
@@ -25,6 +26,7 @@ __all__ = [
     "compute_verdict",
     "load_expectations",
     "load_report",
+    "out_of_range",
     "render_markdown",
     "verify_digest",
     "write_report",

@@ -179,6 +179,7 @@ def build_report(
     interrupted: bool = False,
     waivers_used: Iterable[dict[str, Any]] = (),
     stale_waivers: Iterable[dict[str, Any]] = (),
+    out_of_range_waivers: Iterable[dict[str, Any]] = (),
     started: str | None = None,
     capabilities: Iterable[str] | None = None,
 ) -> dict[str, Any]:
@@ -197,6 +198,7 @@ def build_report(
         "summary": summarize(results, capabilities),
         "waivers_used": list(waivers_used) or _waivers_from_results(results),
         "stale_waivers": list(stale_waivers),
+        "out_of_range_waivers": list(out_of_range_waivers),
         "started": started or finished,
         "finished": finished,
         "interrupted": interrupted,

@@ -3,7 +3,9 @@
 A file ``conformance/expectations/<target>.toml`` holds ``[[expect]]`` tables, each naming a
 requirement the target is known to fail, why, and the upstream issue. Applying them turns a
 matching fail/error into ``waived`` (never ``pass``); an entry whose requirement now passes
-is a stale waiver.
+is a stale waiver. An entry scoped to a torch range that excludes the running torch is not
+applied, and is reported as out of range (a note on each result it names, and a list in the
+report), never silently dropped.
 """
 
 from __future__ import annotations
@@ -57,10 +59,16 @@ class Expectation:
 
     def matches(self, result: Result, torch_version: str) -> bool:
         """True when this entry covers ``result`` (same requirement, world size and torch range)."""
+        return self.names(result) and self.in_range(torch_version)
+
+    def names(self, result: Result) -> bool:
+        """True when this entry is about ``result``'s requirement and world size, whatever the torch."""
         if result.requirement != self.requirement:
             return False
-        if self.world_sizes and result.world_size not in self.world_sizes:
-            return False
+        return not self.world_sizes or result.world_size in self.world_sizes
+
+    def in_range(self, torch_version: str) -> bool:
+        """True when the entry's torch range (none: every torch) admits ``torch_version``."""
         return not self.torch or Version(Version(torch_version).base_version) in SpecifierSet(self.torch)
 
     def to_json(self) -> dict[str, Any]:
@@ -165,6 +173,23 @@ def _stale(entry: Expectation, result: Result) -> dict[str, Any]:
     }
 
 
+def out_of_range(expectations: list[Expectation], torch_version: str | None = None) -> list[dict[str, Any]]:
+    """The entries whose torch range excludes ``torch_version`` (default: the running torch)."""
+    version = torch_version or torch.__version__
+    return [{
+        **entry.to_json(),
+        "running_torch": version,
+        "message": (f"{entry.requirement}: the waiver ({entry.issue}) covers torch {entry.torch}, not {version}: "
+                    "out of range, not applied on this run"),
+    } for entry in expectations if not entry.in_range(version)]
+
+
+def _out_of_range_note(result: Result, entries: list[Expectation], version: str) -> Result:
+    notes = [f"waiver out of range: it covers torch {e.torch}, not {version}; not applied ({e.issue})"
+             for e in entries if e.names(result)]
+    return replace(result, notes=[*result.notes, *notes]) if notes else result
+
+
 def _apply_one(result: Result, entry: Expectation, stale: list[dict[str, Any]]) -> Result:
     observed = result.outcome
     if observed == Outcome.PASS.value:
@@ -191,15 +216,18 @@ def apply_expectations(
 
     A fail/error matching an entry with that same outcome becomes ``waived`` with a ``waiver``
     dict keeping the observed outcome. A pass under an entry stays ``pass`` and is reported
-    stale. An outcome other than the expected one is left as is, with a note. With ``strict``,
-    stale waivers raise StaleWaiverError (which carries the results and the stale list).
+    stale. An outcome other than the expected one is left as is, with a note. A result named only
+    by entries out of this torch's range gets a note saying so. With ``strict``, stale waivers
+    raise StaleWaiverError (which carries the results and the stale list).
     """
     version = torch_version or torch.__version__
+    elsewhere = [e for e in expectations if not e.in_range(version)]
     stale: list[dict[str, Any]] = []
     out: list[Result] = []
     for result in results:
         entry = next((e for e in expectations if e.matches(result, version)), None)
-        out.append(result if entry is None else _apply_one(result, entry, stale))
+        out.append(_out_of_range_note(result, elsewhere, version) if entry is None
+                   else _apply_one(result, entry, stale))
     if strict and stale:
         raise StaleWaiverError(out, stale)
     return out, stale

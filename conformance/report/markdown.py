@@ -125,6 +125,9 @@ def _findings(report: dict[str, Any]) -> list[str]:
         lines.append("No waivers applied.")
     lines += ["", "### Stale waivers", ""]
     lines += [f"- {s['message']}" for s in report["stale_waivers"]] or ["None."]
+    if report.get("out_of_range_waivers"):
+        lines += ["", "### Waivers out of this torch's range (not applied)", ""]
+        lines += [f"- {w['message']}" for w in report["out_of_range_waivers"]]
     noted = [r for r in report["results"] if r.get("notes")]
     if noted:
         lines += ["", "### Notes", ""]

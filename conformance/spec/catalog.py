@@ -40,10 +40,25 @@ class Requirement:
     world_sizes: tuple[int, ...] = ()
     finding: str = ""
     kind: str = "backend"
+    finding_torch: str = ""
 
     def applies_to_torch(self, version: str) -> bool:
         """True when the requirement's torch range admits ``version`` (local tags ignored)."""
         return Version(Version(version).base_version) in SpecifierSet(self.torch)
+
+    def finding_holds(self, version: str) -> bool:
+        """True when the spec's finding holds on torch ``version`` (its ``finding_torch`` range, else always)."""
+        if not self.finding:
+            return False
+        return not self.finding_torch or Version(Version(version).base_version) in SpecifierSet(self.finding_torch)
+
+    def finding_text(self, version: str) -> str:
+        """The finding as a report states it on torch ``version``: held, or fixed upstream since."""
+        if not self.finding:
+            return ""
+        if self.finding_holds(version):
+            return f"Finding: {self.finding}"
+        return f"Finding (torch {self.finding_torch}; fixed upstream, does not hold on {version}): {self.finding}"
 
     def applies_to_world_size(self, world_size: int) -> bool:
         """True when the requirement runs at ``world_size``: one of those listed, else any size from 2
@@ -66,10 +81,13 @@ def _validate_entry(file: str, index: int, entry: object) -> Requirement:
             err.message.split("'")[1] if err.validator in ("required", "additionalProperties") else "<entry>"
         )
         raise SpecError(file, str(rid), field, err.message)
-    try:
-        SpecifierSet(entry["torch"])
-    except InvalidSpecifier as exc:
-        raise SpecError(file, rid, "torch", f"not a version range: {exc}") from None
+    for key in ("torch", "finding_torch"):
+        try:
+            SpecifierSet(entry.get(key, ""))
+        except InvalidSpecifier as exc:
+            raise SpecError(file, rid, key, f"not a version range: {exc}") from None
+    if "finding_torch" in entry and not entry.get("finding"):
+        raise SpecError(file, rid, "finding_torch", "a finding_torch range needs a finding")
     return Requirement(
         id=entry["id"],
         area=Path(file).stem,
@@ -82,6 +100,7 @@ def _validate_entry(file: str, index: int, entry: object) -> Requirement:
         world_sizes=tuple(entry.get("world_sizes", ())),
         finding=entry.get("finding", ""),
         kind=entry.get("kind", "backend"),
+        finding_torch=entry.get("finding_torch", ""),
     )
 
 

@@ -9,6 +9,7 @@ import torch.distributed as dist
 import simulator
 from conformance.outcomes import Skipped
 from conformance.targets.base import Target, WorldSpec
+from conformance.torch_compat import batch_coalesces_python_groups
 
 _CAPS = frozenset({
     "device_binding", "split", "options", "hints", "custom_backend", "torchcomms", "p2p_tags", "p2p_any_source",
@@ -42,7 +43,8 @@ class SimTarget(Target):
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return _CAPS
+        # torch >= 2.14 coalesces batch_isend_irecv for a Python ProcessGroup such as the simulator's
+        return _CAPS | {"coalesced_p2p"} if batch_coalesces_python_groups() else _CAPS
 
     @property
     def default_backend(self) -> str:

@@ -9,6 +9,7 @@ from conformance.report import (
     apply_expectations,
     build_report,
     load_expectations,
+    out_of_range,
 )
 from conformance.report.expectations import EXPECTATIONS_DIR, Expectation
 
@@ -164,6 +165,23 @@ def test_torch_filter_skips_stale_outside_range():
     entries = [entry(torch=">=2.13,<2.14")]
     _, stale = apply_expectations([res(outcome="pass")], entries, torch_version="2.14.0")
     assert stale == []
+
+
+@pytest.mark.parametrize("outcome", ["fail", "pass"])
+def test_waiver_out_of_torch_range_is_reported_not_dropped(outcome):
+    entries = [entry(torch=">=2.13,<2.14")]
+    (out,), stale = apply_expectations([res(outcome=outcome)], entries, torch_version="2.15.0+cu132")
+    assert out.outcome == outcome and stale == []
+    assert out.notes == ["waiver out of range: it covers torch >=2.13,<2.14, not 2.15.0+cu132; not applied "
+                         "(https://example.org/1)"]
+    (listed,) = out_of_range(entries, "2.15.0+cu132")
+    assert listed["requirement"] == "HINT-X" and listed["running_torch"] == "2.15.0+cu132"
+    assert "covers torch >=2.13,<2.14, not 2.15.0+cu132" in listed["message"]
+    assert out_of_range(entries, "2.13.0") == []
+    report = build_report("vendor", [out], {"python": "3", "torch": "2.15.0", "torchcomms": None, "nccl": None,
+                                            "suite": "0", "spec": "1", "host": "h"},
+                          out_of_range_waivers=[listed])
+    assert report["out_of_range_waivers"] == [listed]
 
 
 def test_skip_is_neither_waived_nor_stale():
