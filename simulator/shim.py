@@ -146,13 +146,23 @@ def _split_group(*args: Any, **kwargs: Any) -> Any:
         return original(*args, **kwargs)
 
 
+def _python_split_source(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """torch's split source, a c10d Backend handle where it is a Python ProcessGroup."""
+    source = original(*args, **kwargs)
+    return SplitSource(source) if isinstance(source, dist.ProcessGroup) else source
+
+
 def _get_split_source(*args: Any, **kwargs: Any) -> Any:
     source = _originals["_get_split_source"](*args, **kwargs)
     return SplitSource(source) if _is_sim(source) else source
 
 
 def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
-    original = _originals["_new_process_group_helper"]
+    return _bind_cpu_device_id(_originals["_new_process_group_helper"], *args, **kwargs)
+
+
+def _bind_cpu_device_id(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """torch 2.15's handling of a cpu ``device_id`` for torch < 2.15: create unbound, then bind and connect."""
     device = kwargs.get("device_id")
     if device is None or device.type != "cpu":
         return original(*args, **kwargs)
@@ -172,6 +182,21 @@ def _patch(name: str, wrapper: Callable[..., Any], *, public: bool = False) -> N
     setattr(c10d, name, wrapped)
     if public:
         setattr(dist, name, wrapped)
+
+
+@contextlib.contextmanager
+def python_backend_binding() -> Iterator[None]:
+    """For another Python ProcessGroup backend bound to ``cpu:0`` (a CPU vendor declaring device_binding):
+    while active, new_group passes the cpu binding on (torch < 2.15) and splits from the group (torch >= 2.14),
+    as ``install`` does for the simulator."""
+    with contextlib.ExitStack() as stack:
+        for name, needed, wrapper in (("_new_process_group_helper", REFUSES_CPU_DEVICE_ID, _bind_cpu_device_id),
+                                      ("_get_split_source", SPLIT_FROM_IN_OPTIONS, _python_split_source)):
+            if needed:
+                original = getattr(c10d, name)
+                stack.enter_context(mock.patch.object(c10d, name, functools.wraps(original)(
+                    functools.partial(wrapper, original))))
+        yield
 
 
 def install() -> None:

@@ -17,8 +17,8 @@ declared capability runs, and a skip inside it is reported as a failure naming t
 
 On an accelerator, eager worlds pass ``device_id=<device>:<LOCAL_RANK>``. A CPU backend that
 declares ``device_binding`` gets the narrowest shim the simulator uses (simulator.shim): torch
-refuses ``device_id=cpu``, so the world is bound to the data-less ``meta:0`` device after
-init and the backend's ``eager_connect_single_device`` is called; while ``split_group`` runs,
+before 2.15 refuses ``device_id=cpu``, so the world is bound to ``cpu:0`` after init and the
+backend's ``eager_connect_single_device`` is called; while ``split_group`` runs,
 torch.accelerator reports cpu, because split_group looks the parent backend up by the
 current accelerator and refuses without one. Everything else torch does runs unchanged.
 
@@ -59,7 +59,7 @@ from conformance.probes import CombinedProbe, combine
 from conformance.probes.launches import LaunchProbe
 from conformance.targets.base import CAPABILITIES, Target, WorldSpec
 from conformance.targets.nccl import local_rank
-from simulator.shim import VIRTUAL_DEVICE, virtual_accelerator
+from simulator.shim import python_backend_binding, virtual_accelerator, virtual_device
 
 _OBSERVE = {
     "comm_created": "observe:comms",
@@ -207,6 +207,7 @@ class VendorTarget(Target):
         if not self.accelerator and "device_binding" in self.declared:
             self._shim = contextlib.ExitStack()
             self._shim.enter_context(_cpu_split())
+            self._shim.enter_context(python_backend_binding())
 
     def init_world(
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
@@ -220,10 +221,11 @@ class VendorTarget(Target):
         world = self._init_default_group(store, rank, world_size, spec, timeout_s,
                                          self.device(rank) if spec.mode == "eager" and not virtual else None)
         if virtual:
-            world.bound_device_id = VIRTUAL_DEVICE
-            backend = world._get_backend(VIRTUAL_DEVICE) if hasattr(world, "_get_backend") else world
+            device = virtual_device()
+            world.bound_device_id = device
+            backend = world._get_backend(device) if hasattr(world, "_get_backend") else world
             if hasattr(backend, "eager_connect_single_device"):
-                backend.eager_connect_single_device(VIRTUAL_DEVICE)
+                backend.eager_connect_single_device(device)
         if self._launches is not None:
             self._launches.watch_class(type(world))
         return world

@@ -38,7 +38,7 @@ def test_bare_filter_fails_naming_it() -> None:
 
 
 @pytest.mark.parametrize(("defect", "builder", "requirement", "needle"), [
-    ("split_child_unbound", "megatron_like", "SPLIT-BOUND-INHERIT", "expected communicator device meta:0"),
+    ("split_child_unbound", "megatron_like", "SPLIT-BOUND-INHERIT", "expected communicator device cpu:0"),
     ("split_fresh_bootstrap", "megatron_like", "SPLIT-BOUND-INHERIT", "expected a communicator split from"),
     ("torchcomms_drops_options", "with_options", "HINT-TORCHCOMMS-OPTIONS", "expected hints {'maxCTAs': '8'"),
 ])
