@@ -89,10 +89,10 @@ def membership(ctx: CheckContext) -> None:
         return
     for shape, groups in group_shapes(len(upper)).items():  # in the subgroup's own group ranks
         child = dist.split_group(parent_pg=sub, split_ranks=groups)
-        mine = next((sorted(upper[i] for i in g) for g in groups if upper.index(ctx.rank) in g), None)
+        mine = next((split_child_ranks([upper[i] for i in g]) for g in groups if upper.index(ctx.rank) in g), None)
         what = f"subgroup {upper} split as {shape} {groups}"
         if mine is None:
-            ctx.expect(child is None, f"{what}: on a non-member", None, child)
+            ctx.expect(_is_nonmember(child, nonmember), f"{what}: on a non-member", nonmember, child)
             continue
         ctx.expect(child is not None, f"{what}: on a member", "a group", child)
         ctx.expect_equal(f"{what}: child's global ranks", mine, dist.get_process_group_ranks(child))
