@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from rich.console import Console
 
 import simulator
 from conformance import frontend_mutants
+from conformance.report.write import atomic_write_text
 from conformance.runner.pool import PoolSet
 from conformance.session import SuiteRun, load_bound_catalog, run_suite
 from conformance.torch_compat import TORCH, defect_inapplicable
@@ -122,13 +121,6 @@ def render(matrix: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _interrupted(say: Any, report_dir: Path) -> int:
     say(f"interrupted: the matrix is incomplete, {report_dir / 'defects.json'} and .md are left as they were")
     return INTERRUPTED
@@ -170,8 +162,8 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     matrix["torch"] = str(TORCH)
     matrix["generated"] = dt.datetime.now(dt.UTC).isoformat()
     report_dir.mkdir(parents=True, exist_ok=True)
-    _write(report_dir / "defects.json", json.dumps(matrix, indent=2, sort_keys=True))
-    _write(report_dir / "defects.md", render(matrix))
+    atomic_write_text(report_dir / "defects.json", json.dumps(matrix, indent=2, sort_keys=True))
+    atomic_write_text(report_dir / "defects.md", render(matrix))
     ok = not (matrix["uncaught_mutants"] or matrix["requirements_without_teeth"] or matrix["clean_must_failures"])
     say(f"kill rate {matrix['kill_rate']:.0%}, teeth {matrix['teeth_rate']:.0%}, "
         f"clean MUST failures {len(matrix['clean_must_failures'])} -> {'OK' if ok else 'FAILED'}")
