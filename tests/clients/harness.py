@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import datetime
 import faulthandler
-import os
-import queue
-import signal
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-import multiprocess
 import torch
 import torch.distributed as dist
 
 import simulator
+from tests.forked import fork_and_collect
 
-CTX = multiprocess.get_context("fork")
 BACKENDS = {"sim": "cpu:sim", "gloo": "gloo"}
 
 Body = Callable[[int, int], Any]
@@ -68,32 +64,9 @@ def _child(backend: str, rank: int, n: int, ports: Any, tmpdir: str, init: Init,
 def run_ranks(backend: str, n: int, body: Body, *, init: Init = tcp_init,
               deadline_s: float = 120.0) -> dict[int, tuple[str, Any]]:
     """{rank: ("ok", (value, seconds)) | ("err", traceback) | ("died", exitcode)}."""
-    q, ports = CTX.Queue(), CTX.Queue()
     with tempfile.TemporaryDirectory(prefix="clients") as tmpdir:
-        procs = [CTX.Process(target=_child, args=(backend, r, n, ports, tmpdir, init, body, q), daemon=True)
-                 for r in range(n)]
-        for p in procs:  # fork before the store's server thread exists
-            p.start()
-        master = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
-        for _ in procs:
-            ports.put(master.port)
-        results: dict[int, tuple[str, Any]] = {}
-        end = time.monotonic() + deadline_s
-        try:
-            while len(results) < n and time.monotonic() < end:
-                try:
-                    rank, status, value = q.get(timeout=0.2)
-                except queue.Empty:
-                    if not any(p.is_alive() for p in procs) and q.empty():
-                        break
-                    continue
-                results[rank] = (status, value)
-        finally:
-            for p in procs:
-                p.join(timeout=max(0.1, end - time.monotonic()))
-                if p.is_alive():
-                    os.kill(p.pid, signal.SIGKILL)
-                    p.join(timeout=5)
+        results, procs = fork_and_collect(
+            n, _child, lambda r, ports, q: (backend, r, n, ports, tmpdir, init, body, q), deadline_s=deadline_s)
         for r, p in enumerate(procs):
             if r not in results:
                 results[r] = ("died", p.exitcode)

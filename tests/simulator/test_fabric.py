@@ -6,7 +6,6 @@ import ctypes
 import datetime
 import hashlib
 import os
-import queue
 import signal
 import threading
 import time
@@ -14,7 +13,6 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-import multiprocess
 import pytest
 import torch
 import torch.distributed as dist
@@ -24,8 +22,8 @@ from simulator import shm
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.fabric import Fabric
 from simulator.reduction import REDUCE_OPS, unsupported
+from tests.forked import fork_and_collect
 
-CTX = multiprocess.get_context("fork")
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
           torch.int32, torch.int64, torch.bool, torch.complex64]
 TOL = {torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2), torch.float32: (1e-5, 1e-5),
@@ -60,33 +58,8 @@ def _child(ports: Any, n: int, rank: int, prefix: str, timeout_s: float, fn: Bod
 def run_ranks(n: int, fn: Body, prefix: str, *, timeout_s: float = 10.0, deadline_s: float = 40.0,
               on_start: Callable[[list[Any]], None] | None = None) -> dict[int, tuple[str, Any]]:
     """Run fn(fabric, rank, n) in n forked processes; return {rank: ("ok", value) | ("err", (type, msg))}."""
-    q, ports = CTX.Queue(), CTX.Queue()
-    procs = [CTX.Process(target=_child, args=(ports, n, r, prefix, timeout_s, fn, q), daemon=True)
-             for r in range(n)]
-    for p in procs:  # fork before the store's server thread exists: forking a threaded process can deadlock
-        p.start()
-    master = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
-    for _ in procs:
-        ports.put(master.port)
-    if on_start is not None:
-        on_start(procs)
-    results: dict[int, tuple[str, Any]] = {}
-    end = time.monotonic() + deadline_s
-    try:
-        while len(results) < n and time.monotonic() < end:
-            try:
-                rank, status, value = q.get(timeout=0.2)
-            except queue.Empty:
-                if not any(p.is_alive() for p in procs) and q.empty():
-                    break
-                continue
-            results[rank] = (status, value)
-    finally:
-        for p in procs:
-            p.join(timeout=max(0.1, end - time.monotonic()))
-            if p.is_alive():
-                os.kill(p.pid, signal.SIGKILL)
-                p.join(timeout=5)
+    results, _ = fork_and_collect(n, _child, lambda r, ports, q: (ports, n, r, prefix, timeout_s, fn, q),
+                                  deadline_s=deadline_s, on_start=on_start)
     return results
 
 
