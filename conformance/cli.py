@@ -99,7 +99,7 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
                      if judged["unjudged"] else ""))
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:
-        console.print(f"[yellow]stale waiver[/]: {escape(str(stale))}")
+        console.print(f"[yellow]stale waiver[/]: {escape(stale['message'])}")
     for entry in run.out_of_range:
         console.print(f"[yellow]waiver out of range[/]: {escape(entry['message'])}")
     if args.strict_waivers and run.stale:
