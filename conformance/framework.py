@@ -24,20 +24,19 @@ import argparse
 import datetime
 import importlib
 import json
-import queue
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import multiprocess
 import torch
 import torch.distributed as dist
 
 from conformance.report import Result, write_report
 from conformance.report.build import build_report
 from conformance.report.environment import collect_environment
+from conformance.runner.forked import fork_and_collect
 from conformance.spec import load_catalog
 
 CHECKS = ("SPLIT-MEMBERSHIP", "SPLIT-BOUND-INHERIT", "QUAL-SUBGROUP-FILTER", "HINT-TORCHCOMMS-OPTIONS")
@@ -157,29 +156,9 @@ def _child(rank: int, n: int, ports: Any, builder: str, kwargs: dict[str, Any], 
 
 def run_ranks(builder: str, n: int, kwargs: dict[str, Any], timeout_s: float) -> dict[int, tuple[str, Any]]:
     """Fork n ranks over a loopback TCPStore; {rank: ("ok", observations) | ("err", text)}."""
-    ctx = multiprocess.get_context("fork")
-    q, ports = ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_child, args=(r, n, ports, builder, kwargs, timeout_s, q), daemon=True)
-             for r in range(n)]
-    for p in procs:  # fork before the store server's thread exists
-        p.start()
-    master = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
-    for _ in procs:
-        ports.put(master.port)
-    results: dict[int, tuple[str, Any]] = {}
-    end = time.monotonic() + timeout_s * 4
-    while len(results) < n and time.monotonic() < end:
-        try:
-            rank, status, value = q.get(timeout=0.2)
-        except queue.Empty:
-            if not any(p.is_alive() for p in procs) and q.empty():
-                break
-            continue
-        results[rank] = (status, value)
+    results, procs = fork_and_collect(n, _child, lambda r, ports, q: (r, n, ports, builder, kwargs, timeout_s, q),
+                                      deadline_s=timeout_s * 4)
     for r, p in enumerate(procs):
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
         results.setdefault(r, ("err", f"rank {r} exited with code {p.exitcode} without a result"))
     return results
 

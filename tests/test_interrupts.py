@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conformance.report import load_report
+from conformance.runner.forked import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = {
@@ -41,13 +42,6 @@ def _tree(root: int) -> set[int]:
             todo.append(child)
     return found
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 def _listening_ports(pids: set[int]) -> set[int]:
@@ -132,9 +126,9 @@ def test_interrupted_run_leaves_a_valid_report_or_none_and_nothing_behind(comman
         assert report["interrupted"] is True and report["verdict"] == "incomplete"
         assert path.with_suffix(".md").exists()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(map(_alive, seen)):
+    while time.monotonic() < deadline and any(map(alive, seen)):
         time.sleep(0.05)
-    assert not [p for p in seen if _alive(p)], "rank processes left behind"
+    assert not [p for p in seen if alive(p)], "rank processes left behind"
     prefix = f"cfm{proc.pid}p"
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(prefix)], "shm segments left behind"
     assert not glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}*")), "temp dirs left behind"
@@ -170,9 +164,9 @@ def test_interrupted_pytest_xdist_run_leaves_a_marked_report_or_none(how, tmp_pa
         report = load_report(path)
         assert report["interrupted"] is True and report["verdict"] == "incomplete", "".join(out)[-2000:]
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(map(_alive, seen)):
+    while time.monotonic() < deadline and any(map(alive, seen)):
         time.sleep(0.05)
-    assert not [p for p in seen if _alive(p)], "processes left behind"
+    assert not [p for p in seen if alive(p)], "processes left behind"
     prefixes = tuple(f"cfm{pid}p" for pid in seen | {proc.pid})
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)], "shm segments left behind"
     assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(prefixes)], "temp dirs left behind"

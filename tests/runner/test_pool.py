@@ -16,26 +16,19 @@ import time
 import pytest
 
 from conformance.runner import PoolSet, RankPool
+from conformance.runner.forked import alive
 
 from . import tasks
 
 T = tasks.__name__
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
 
 def _wait_gone(pids: list[int], within_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(map(_alive, pids)):
+    while time.monotonic() < deadline and any(map(alive, pids)):
         time.sleep(0.05)
-    return [p for p in pids if _alive(p)]
+    return [p for p in pids if alive(p)]
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +192,7 @@ def test_dead_parent_leaves_no_worker(sig):
     try:
         info = json.loads(parent.stdout.readline())
         time.sleep(0.5)  # let the workers enter the hanging task
-        assert all(map(_alive, info["pids"]))
+        assert all(map(alive, info["pids"]))
         parent.send_signal(sig)
         parent.wait(10)
         assert _wait_gone(info["pids"], 10) == []

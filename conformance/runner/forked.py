@@ -1,4 +1,5 @@
-"""Run a function in N forked rank processes that share a loopback TCPStore, and collect what each reports."""
+"""Fork N rank processes that share a loopback TCPStore and collect what each reports (the framework front
+door and the suite's own multi-process tests use it; the check runner keeps persistent pools instead)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,12 @@ def fork_and_collect(n: int, child: Callable[..., None], args_for: Callable[[int
                 os.kill(p.pid, signal.SIGKILL)
                 p.join(timeout=5)
     return results, procs
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
