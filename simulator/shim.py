@@ -108,22 +108,22 @@ def _is_sim(pg: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _cpu_device_types() -> Iterator[None]:
-    """The simulator's groups report a cpu backend; torch's flight-recorder attach still skips them.
+def cpu_device_types(cls: type) -> Iterator[None]:
+    """Groups of the Python ProcessGroup class ``cls`` report a cpu backend; torch's flight-recorder
+    attach still skips them.
 
-    torch skips a Python ProcessGroup there by its empty ``_device_types`` (v2.15.0
-    distributed_c10d.py:2924): its C++ side cannot record such a group.
+    torch 2.15's split_group finds the parent's backend through ``_device_types`` (v2.15.0
+    distributed_c10d.py:6866), empty for a Python ProcessGroup; torch skips such a group in the
+    flight-recorder attach by that same emptiness (v2.15.0 :2924): its C++ side cannot record it.
     """
-    from simulator.backend import SimProcessGroup
-
     attach = getattr(c10d, "_maybe_attach_flight_recorder", None)
 
     def maybe_attach(pg: Any, *args: Any, **kwargs: Any) -> None:
-        if attach is not None and not _is_sim(pg):
+        if attach is not None and not isinstance(pg, cls):
             attach(pg, *args, **kwargs)
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(SimProcessGroup, "_device_types", [torch.device("cpu")], create=True))
+        stack.enter_context(mock.patch.object(cls, "_device_types", [torch.device("cpu")], create=True))
         if attach is not None:
             stack.enter_context(mock.patch.object(c10d, "_maybe_attach_flight_recorder", maybe_attach))
         yield
@@ -142,7 +142,7 @@ def _split_group(*args: Any, **kwargs: Any) -> Any:
             default.bound_device_id = virtual_device()
             stack.callback(setattr, default, "bound_device_id", None)
         stack.enter_context(virtual_accelerator())
-        stack.enter_context(_cpu_device_types())
+        stack.enter_context(cpu_device_types(type(parent)))
         return original(*args, **kwargs)
 
 

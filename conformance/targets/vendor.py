@@ -59,7 +59,7 @@ from conformance.probes import CombinedProbe, combine
 from conformance.probes.launches import LaunchProbe
 from conformance.targets.base import CAPABILITIES, Target, WorldSpec
 from conformance.targets.nccl import local_rank
-from simulator.shim import python_backend_binding, virtual_accelerator, virtual_device
+from simulator.shim import cpu_device_types, python_backend_binding, virtual_accelerator, virtual_device
 
 _OBSERVE = {
     "comm_created": "observe:comms",
@@ -95,7 +95,8 @@ def _cpu_split() -> Any:
     original = dist.split_group
 
     def split_group(*args: Any, **kwargs: Any) -> Any:
-        with virtual_accelerator():
+        parent = kwargs.get("parent_pg", args[0] if args else None) or c10d._get_default_group()
+        with virtual_accelerator(), cpu_device_types(type(parent)):
             return original(*args, **kwargs)
 
     dist.split_group = c10d.split_group = split_group

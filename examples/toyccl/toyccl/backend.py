@@ -351,9 +351,14 @@ def register(name: str = BACKEND_NAME, cls: type[ToyProcessGroup] = ToyProcessGr
     def create(common: Any, pg_options: Any) -> ToyProcessGroup:
         group = cls(common.store, common.group_rank, common.group_size, common.timeout,
                     list(common.global_ranks_in_group) or None, _options(pg_options), common.group_id)
+        # torch >= 2.14 passes the group it built (already bound when device_id was given) and then
+        # uses the group returned here instead: keep its binding (v2.15.0 distributed_c10d.py:3118)
+        replaced = getattr(common, "process_group", None)
+        group.bound_device_id = replaced.bound_device_id if replaced is not None else None
         world = dist.distributed_c10d._get_default_group() if dist.is_initialized() else None
         if isinstance(world, ToyProcessGroup) and world.bound_device_id is not None:
             group.split_from(world)
+            group.bound_device_id = world.bound_device_id
         return group
 
     dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu"])
