@@ -86,7 +86,10 @@ def main(
     os.environ.update(env)
     # N ranks share few cores: torch's default intra-op threads would spin against each other.
     torch.set_num_threads(int(os.environ.get("CONFORMANCE_RANK_THREADS", "1")))
-    stack_file = open(stack_path, "w")  # noqa: SIM115 - faulthandler writes to it for the process lifetime
+    try:
+        stack_file = open(stack_path, "w")  # noqa: SIM115 - faulthandler writes to it for the process lifetime
+    except FileNotFoundError:  # the pool is shutting down (a signal arrived while it forked): nothing to run
+        os._exit(0)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     faulthandler.enable(file=stack_file, all_threads=True)  # a segfault's stack goes where the pool reads it
     threading.Thread(target=_watch_parent, args=(parent_pid,), name=WATCH_THREAD_NAME, daemon=True).start()
