@@ -1,0 +1,87 @@
+"""The one loader of the suite's TOML data files: the spec's area files and the targets' expectation files.
+
+A data file is an array of tables (``[[requirement]]``, ``[[expect]]``); each table is validated
+with a JSON Schema in this directory. Every problem is a ``SpecError`` naming the file, the entry
+and the field at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+SCHEMA_DIR = Path(__file__).parent
+FILE = "<file>"
+
+
+class SpecError(ValueError):
+    """A malformed data file (a spec area file or an expectation file): names the file, the entry
+    (a requirement id, or ``#index`` when it has none) and the field at fault."""
+
+    def __init__(self, file: str, requirement: str, field: str, problem: str) -> None:
+        self.file, self.requirement, self.field = file, requirement, field
+        super().__init__(f"{file}: requirement {requirement!r}, field {field!r}: {problem}")
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    """The JSON Schema ``<name>`` of this directory (e.g. ``schema.json``, a requirement)."""
+    return json.loads((SCHEMA_DIR / name).read_text())
+
+
+def _validate(schema_: dict[str, Any], instance: Any, file: str, entry: str) -> None:
+    """Raise SpecError for the first problem (top-level ones first) of ``instance`` against ``schema_``."""
+    errors = sorted(jsonschema.Draft202012Validator(schema_).iter_errors(instance), key=lambda e: len(e.path))
+    if not errors:
+        return
+    err = errors[0]
+    if err.path:
+        field = str(err.path[0])
+    elif err.validator in ("required", "additionalProperties"):
+        field = err.message.split("'")[1]  # the property named by the message
+    else:
+        field = "<entry>"
+    about = schema_.get("properties", {}).get(field, {}).get("description")
+    raise SpecError(file, entry, field, f"{err.message}; {about}" if about else err.message)
+
+
+def load_tables(path: Path, table: str, schema_name: str, *, key: str, required: bool) -> list[dict[str, Any]]:
+    """The ``[[table]]`` entries of the TOML file ``path``, each valid against ``schema_name``.
+
+    Only the ``table`` key is allowed at the top; ``required`` means the file needs at least one
+    entry. An entry is named by its ``key`` field in errors (``#index`` when that is missing).
+    """
+    name = path.name
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(name, FILE, "<toml>", str(exc)) from None
+    layout = {"type": "object", "additionalProperties": False, "required": [table] if required else [],
+              "properties": {table: {"type": "array", "items": {"type": "object"}, "minItems": int(required),
+                                     "description": f"one or more [[{table}]] tables"}}}
+    _validate(layout, data, name, FILE)
+    entries = data.get(table, [])
+    for i, entry in enumerate(entries):
+        _validate(schema(schema_name), entry, name, entry_name(entry, key, i))
+    return entries
+
+
+def entry_name(entry: dict[str, Any], key: str, index: int) -> str:
+    """How errors name an entry: its ``key`` field, else its position."""
+    value = entry.get(key)
+    return value if isinstance(value, str) else f"#{index}"
+
+
+def version_range(text: str, file: str, entry: str, field: str) -> str:
+    """``text`` when it is a torch version range (``>=2.13,<2.14``; empty means any), else SpecError."""
+    try:
+        SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise SpecError(file, entry, field, f"not a version range: {exc}") from None
+    return text
