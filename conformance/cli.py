@@ -216,7 +216,7 @@ def cmd_defects(args: argparse.Namespace) -> ExitCode:
     except ValueError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return ExitCode.BAD_INPUT
-    return ExitCode(run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console))
+    return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console)
 
 
 def build_parser() -> argparse.ArgumentParser:

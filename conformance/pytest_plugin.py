@@ -53,10 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _marks(case: Case) -> list[Any]:
-    return [getattr(pytest.mark, target_marker(case.target)), getattr(pytest.mark, case.requirement.area)]
+    return [getattr(pytest.mark, _kind(case.target)), getattr(pytest.mark, case.requirement.area)]
 
 
-def target_marker(target: str) -> str:
+def _kind(target: str) -> str:
     """The marker of a target's items: ``gpu`` when its class sets ``gpu``, else a built-in target's
     name, else ``vendor`` (a vendor's target, or the certify target)."""
     try:

@@ -35,18 +35,24 @@ def schema(name: str) -> dict[str, Any]:
     return json.loads((SCHEMA_DIR / name).read_text())
 
 
+def _field(err: jsonschema.ValidationError) -> str:
+    """The top-level field an error is about (for a missing or unknown one, the one its message names)."""
+    if err.path:
+        return str(err.path[0])
+    if err.validator in ("required", "additionalProperties"):
+        return err.message.split("'")[1]
+    return "<entry>"
+
+
 def _validate(schema_: dict[str, Any], instance: Any, file: str, entry: str) -> None:
-    """Raise SpecError for the first problem (top-level ones first) of ``instance`` against ``schema_``."""
-    errors = sorted(jsonschema.Draft202012Validator(schema_).iter_errors(instance), key=lambda e: len(e.path))
+    """Raise SpecError for the first problem of ``instance`` against ``schema_``: an unknown field first,
+    then the fields in the schema's order (as a reader goes through an entry)."""
+    order = list(schema_.get("properties", {}))
+    errors = [(_field(e), e) for e in jsonschema.Draft202012Validator(schema_).iter_errors(instance)]
     if not errors:
         return
-    err = errors[0]
-    if err.path:
-        field = str(err.path[0])
-    elif err.validator in ("required", "additionalProperties"):
-        field = err.message.split("'")[1]  # the property named by the message
-    else:
-        field = "<entry>"
+    field, err = min(errors, key=lambda fe: -1 if fe[1].validator == "additionalProperties" else
+                     order.index(fe[0]) if fe[0] in order else len(order))
     about = schema_.get("properties", {}).get(field, {}).get("description")
     raise SpecError(file, entry, field, f"{err.message}; {about}" if about else err.message)
 
