@@ -58,12 +58,12 @@ def _marks(case: Case) -> list[Any]:
 
 def _kind(target: str) -> str:
     """The marker of a target's items: ``gpu`` when its class sets ``gpu``, else a built-in target's
-    name, else ``vendor`` (a vendor's target, or the certify target)."""
+    name (sim, gloo, vendor: certify's), else ``vendor`` (a target a vendor's package declares)."""
     try:
         gpu = target_class(target).gpu
     except ValueError:  # an unknown name: its items report the error when they run
         return "vendor"
-    return "gpu" if gpu else target if target in BUILTIN and target != "vendor" else "vendor"
+    return "gpu" if gpu else target if target in BUILTIN else "vendor"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -130,8 +130,11 @@ class _Collector:
         self.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
-            self.interrupted = True  # fewer results than items: the report must not claim a verdict
+        # Fewer results than items (Ctrl-C, --maxfail, or a second Ctrl-C that broke pytest's own reporting
+        # and ends as an internal error): the report must not claim a verdict.
+        ran_to_the_end = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        if not ran_to_the_end or session.shouldstop or session.shouldfail:
+            self.interrupted = True
         for target, run in self.runs.items():
             run.interrupted = self.interrupted
             write_report(finish_run(run, target).report, self.report_dir, statements())
