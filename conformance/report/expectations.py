@@ -1,4 +1,4 @@
-"""Per-target expectation (waiver) files: load, validate, apply, and detect stale waivers.
+"""Per-target expectation (waiver) files: load (through spec.datafile), apply, and detect stale waivers.
 
 A file ``conformance/expectations/<target>.toml`` holds ``[[expect]]`` tables, each naming a
 requirement the target is known to fail, why, and the upstream issue. Applying them turns a
@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
 
 from conformance.outcomes import Outcome
 from conformance.report.model import Result
 from conformance.report.write import safe_stem
-from conformance.spec.datafile import SpecError, entry_name, load_tables, version_range
+from conformance.spec.datafile import SpecError, admits, entry_name, load_tables, version_range
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parent.parent / "expectations"
 
@@ -61,7 +59,7 @@ class Expectation:
 
     def in_range(self, torch_version: str) -> bool:
         """True when the entry's torch range (none: every torch) admits ``torch_version``."""
-        return not self.torch or Version(Version(torch_version).base_version) in SpecifierSet(self.torch)
+        return admits(self.torch, torch_version)
 
     def to_json(self) -> dict[str, Any]:
         """The entry as the report's ``waivers_used`` lists it."""

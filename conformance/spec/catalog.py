@@ -7,10 +7,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-
-from conformance.spec.datafile import SpecError, entry_name, load_tables, version_range
+from conformance.spec.datafile import SpecError, admits, entry_name, load_tables, version_range
 
 AREAS: tuple[str, ...] = ("qualification", "split", "hints", "p2p", "coalescing", "collectives")
 SPEC_DIR = Path(__file__).parent
@@ -35,13 +32,13 @@ class Requirement:
 
     def applies_to_torch(self, version: str) -> bool:
         """True when the requirement's torch range admits ``version`` (local tags ignored)."""
-        return Version(Version(version).base_version) in SpecifierSet(self.torch)
+        return admits(self.torch, version)
 
     def finding_holds(self, version: str) -> bool:
         """True when the spec's finding holds on torch ``version`` (its ``finding_torch`` range, else always)."""
         if not self.finding:
             return False
-        return not self.finding_torch or Version(Version(version).base_version) in SpecifierSet(self.finding_torch)
+        return admits(self.finding_torch, version)
 
     def finding_text(self, version: str) -> str:
         """The finding as a report states it on torch ``version``: held, or fixed upstream since."""

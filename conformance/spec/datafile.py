@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 
 SCHEMA_DIR = Path(__file__).parent
 FILE = "<file>"
@@ -91,3 +92,8 @@ def version_range(text: str, file: str, entry: str, field: str) -> str:
     except InvalidSpecifier as exc:
         raise SpecError(file, entry, field, f"not a version range: {exc}") from None
     return text
+
+
+def admits(torch_range: str, version: str) -> bool:
+    """True when ``torch_range`` (empty: any torch) admits torch ``version``, local and dev tags ignored."""
+    return Version(Version(version).base_version) in SpecifierSet(torch_range)
