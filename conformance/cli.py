@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import sys
 import tomllib
 from pathlib import Path
@@ -14,7 +15,8 @@ from rich.table import Table
 
 from conformance import framework, inputs, interrupts
 from conformance.import_probe import probe_import
-from conformance.report import Result, write_report
+from conformance.outcomes import Outcome
+from conformance.report import Result, Verdict, write_report
 from conformance.session import (
     Selection,
     SuiteRun,
@@ -26,9 +28,25 @@ from conformance.session import (
 from conformance.spec import SpecError
 from conformance.targets import make_target
 
-SYMBOLS = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skip": "[dim]skip[/]",
-           "not-observable": "[yellow]n/o[/]", "waived": "[cyan]waived[/]"}
-EXIT = {"conformant": 0, "conformant-with-waivers": 0, "non-conformant": 1, "incomplete": 3}
+SYMBOLS = {Outcome.PASS: "[green]pass[/]", Outcome.FAIL: "[red]FAIL[/]", Outcome.ERROR: "[red]ERROR[/]",
+           Outcome.SKIP: "[dim]skip[/]", Outcome.NOT_OBSERVABLE: "[yellow]n/o[/]", Outcome.WAIVED: "[cyan]waived[/]"}
+
+
+class ExitCode(enum.IntEnum):
+    """What ``python -m conformance`` exits with."""
+
+    OK = 0  # conformant, conformant-with-waivers, or a command with nothing to judge
+    NON_CONFORMANT = 1  # a MUST failed (or, for `defects`, a target of the matrix was missed)
+    BAD_INPUT = 2  # refused before anything ran
+    INCOMPLETE = 3  # interrupted, or no MUST could be judged
+    STALE_WAIVER = 4  # --strict-waivers found a waiver whose requirement now passes
+
+    @classmethod
+    def for_verdict(cls, verdict: str) -> ExitCode:
+        """The exit code of a report's verdict."""
+        return {Verdict.CONFORMANT: cls.OK, Verdict.CONFORMANT_WITH_WAIVERS: cls.OK,
+                Verdict.INCOMPLETE: cls.INCOMPLETE}.get(verdict, cls.NON_CONFORMANT)
+
 console = Console(stderr=True, highlight=False)
 
 
@@ -50,7 +68,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line naming the value, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -71,7 +89,7 @@ def _progress(total: int) -> Any:
         done[0] += 1
         head = escape(f"[{done[0]:>3}/{total}] {result.requirement:<28} ws={result.world_size:<2}")
         line = f"{head} {SYMBOLS[result.outcome]}"
-        if result.outcome in ("fail", "error"):  # details quote paths like [/x.py:12]: text, not markup
+        if result.outcome.failing:  # details quote paths like [/x.py:12]: text, not markup
             line += f"  {escape(result.detail[:160])}"
         console.print(line, markup=True)
 
@@ -90,7 +108,7 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
                         "torchrun job (torchrun --nproc-per-node N -m conformance run ... --launcher env)")
 
 
-def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
+def _finish(run: SuiteRun, args: argparse.Namespace) -> ExitCode:
     json_path, md_path = write_report(run.report, args.report_dir, statements())
     verdict = run.report["verdict"]
     judged = run.report["summary"]["judged"]
@@ -103,11 +121,11 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> int:
     for entry in run.out_of_range:
         console.print(f"[yellow]waiver out of range[/]: {escape(entry['message'])}")
     if args.strict_waivers and run.stale:
-        return 4
-    return EXIT.get(verdict, 1)
+        return ExitCode.STALE_WAIVER
+    return ExitCode.for_verdict(verdict)
 
 
-def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Namespace) -> int:
+def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Namespace) -> ExitCode:
     selection = Selection(areas=args.area, ids=args.requirement)
     try:  # bad input is exit 2, refused before anything runs; errors during the run itself are not
         total = len(selection.pick(load_bound_catalog())) * len(args.world_sizes)
@@ -116,18 +134,18 @@ def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Name
         inputs.report_dir(args.report_dir)
     except ValueError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        return 2
+        return ExitCode.BAD_INPUT
     console.print(f"running {total} cases on target [bold]{target}[/] at world sizes {args.world_sizes}")
     run = run_suite(target, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
                     progress=_progress(total), launcher=args.launcher)
     if not run.report:  # a non-zero rank of a torchrun job (rank 0 writes the report), or an interrupted job
         if run.interrupted:
             console.print("interrupted: no report written")
-        return EXIT["incomplete"] if run.interrupted else 0
+        return ExitCode.INCOMPLETE if run.interrupted else ExitCode.OK
     return _finish(run, args)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace) -> ExitCode:
     """Run the suite against one target."""
     options = dict(args.target_option)
     return _run_target(args.target, options or None, args)
@@ -150,45 +168,45 @@ def _declared(args: argparse.Namespace) -> dict[str, Any]:
     return {"capabilities": sorted(set(caps))} | ({"options_factory": factory} if factory else {})
 
 
-def cmd_certify(args: argparse.Namespace) -> int:
+def cmd_certify(args: argparse.Namespace) -> ExitCode:
     """Certify an out-of-tree backend through the vendor target."""
     try:
         declared = _declared(args)
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
-        return 2
+        return ExitCode.BAD_INPUT
     options = {"backend": args.backend, "device": args.device, "module": args.import_module,
                "package": args.package, **declared}
     problem = probe_import(args.import_module, args.backend, args.timeout)  # a hang or crash stays out of here
     if interrupts.requested():  # the Ctrl-C reached the probe too: not the module's fault
         console.print("interrupted: nothing run, no report written")
-        return EXIT["incomplete"]
+        return ExitCode.INCOMPLETE
     if problem:
         console.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True)
-        return 2
+        return ExitCode.BAD_INPUT
     return _run_target("vendor", options, args)
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def cmd_list(args: argparse.Namespace) -> ExitCode:
     """List the requirements of the spec."""
     table = Table("id", "level", "area", "capabilities", "statement", show_lines=False)
     for req in load_bound_catalog():
         table.add_row(req.id, req.level, req.area, ",".join(req.capabilities) or "-", req.statement)
     Console(width=200).print(table)
-    return 0
+    return ExitCode.OK
 
 
-def cmd_targets(args: argparse.Namespace) -> int:
+def cmd_targets(args: argparse.Namespace) -> ExitCode:
     """List targets and whether they can run here."""
     from conformance.targets import available_targets, make_target
 
     for name in available_targets():
         reason = make_target(name).unavailable_reason()
         print(f"{name:<12} {'available' if reason is None else 'unavailable: ' + reason}")
-    return 0
+    return ExitCode.OK
 
 
-def cmd_defects(args: argparse.Namespace) -> int:
+def cmd_defects(args: argparse.Namespace) -> ExitCode:
     """Run the defect matrix against the simulator."""
     from conformance.defect_matrix import run_matrix
 
@@ -197,7 +215,7 @@ def cmd_defects(args: argparse.Namespace) -> int:
         load_bound_catalog()
     except ValueError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        return 2
+        return ExitCode.BAD_INPUT
     return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console)
 
 
@@ -253,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except SpecError as exc:
         console.print(f"[red]error in the spec:[/] {escape(str(exc))}", soft_wrap=True)
-        return 2
+        return ExitCode.BAD_INPUT
     finally:
         if argv is not None:
             interrupts.uninstall()

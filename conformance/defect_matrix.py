@@ -19,13 +19,12 @@ from rich.console import Console
 
 import simulator
 from conformance import frontend_mutants
+from conformance.cli import ExitCode
+from conformance.outcomes import Outcome
 from conformance.report.write import atomic_write_text
 from conformance.runner.pool import PoolSet
 from conformance.session import SuiteRun, load_bound_catalog, run_suite
 from conformance.torch_compat import TORCH, defect_inapplicable
-
-BAD = ("fail", "error")
-INTERRUPTED = 3  # the exit code of an interrupted run, as for `run`
 
 
 @dataclass(frozen=True)
@@ -56,14 +55,18 @@ def mutants() -> list[Mutant]:
     return found
 
 
-def _outcomes(run: SuiteRun) -> dict[str, str]:
+def _outcomes(run: SuiteRun) -> dict[str, Outcome]:
     """Requirement id -> worst outcome over the world sizes it ran at."""
-    order = ["error", "fail", "not-observable", "skip", "waived", "pass"]
-    worst: dict[str, str] = {}
+    worst: dict[str, Outcome] = {}
     for r in run.results:
-        if r.requirement not in worst or order.index(r.outcome) < order.index(worst[r.requirement]):
+        if r.requirement not in worst or r.outcome.severity > worst[r.requirement].severity:
             worst[r.requirement] = r.outcome
     return worst
+
+
+def _caught(outs: dict[str, str], clean: dict[str, str]) -> list[str]:
+    """The requirements that pass clean and fail (or error) under a defect."""
+    return [rid for rid, o in outs.items() if Outcome(o).failing and clean.get(rid) == Outcome.PASS]
 
 
 def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], levels: dict[str, str],
@@ -73,13 +76,12 @@ def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], leve
     ``fixed_upstream``: requirements whose spec finding no longer holds on this torch; their pass
     is torch's front end having fixed the finding, not a backend behaviour a defect could break.
     """
-    caught = {m: [rid for rid, o in outs.items() if o in BAD and clean.get(rid) == "pass"]
-              for m, outs in mutated.items()}
+    caught = {m: _caught(outs, clean) for m, outs in mutated.items()}
     caught_by_must = {m: [rid for rid in rids if levels[rid] == "MUST"] for m, rids in caught.items()}
     killers = {rid: [m for m, rids in caught.items() if rid in rids] for rid in clean}
-    observable = [rid for rid, o in clean.items() if o == "pass" and rid not in fixed_upstream]
+    observable = [rid for rid, o in clean.items() if o == Outcome.PASS and rid not in fixed_upstream]
     unkilled = [rid for rid in observable if not killers[rid]]
-    must_clean_bad = [rid for rid, o in clean.items() if levels[rid] == "MUST" and o in BAD]
+    must_clean_bad = [rid for rid, o in clean.items() if levels[rid] == "MUST" and Outcome(o).failing]
     return {
         "clean": clean,
         "mutants": {m: {"outcomes": mutated[m], "caught_by": caught[m], "caught_by_must": caught_by_must[m]}
@@ -89,8 +91,8 @@ def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], leve
         "teeth_rate": (len(observable) - len(unkilled)) / max(1, len(observable)),
         "uncaught_mutants": [m for m, v in caught_by_must.items() if not v],
         "requirements_without_teeth": unkilled,
-        "not_judged_on_sim": {rid: o for rid, o in clean.items() if o != "pass"},
-        "fixed_upstream": sorted(rid for rid in fixed_upstream if clean.get(rid) == "pass"),
+        "not_judged_on_sim": {rid: o for rid, o in clean.items() if o != Outcome.PASS},
+        "fixed_upstream": sorted(rid for rid in fixed_upstream if clean.get(rid) == Outcome.PASS),
         "clean_must_failures": must_clean_bad,
     }
 
@@ -121,12 +123,12 @@ def render(matrix: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _interrupted(say: Any, report_dir: Path) -> int:
+def _interrupted(say: Any, report_dir: Path) -> ExitCode:
     say(f"interrupted: the matrix is incomplete, {report_dir / 'defects.json'} and .md are left as they were")
-    return INTERRUPTED
+    return ExitCode.INCOMPLETE  # as for an interrupted `run`
 
 
-def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None) -> int:
+def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None) -> ExitCode:
     """Run clean + every mutant, write reports/defects.{json,md}; exit 1 unless all three targets hold.
 
     An interrupted matrix writes nothing (a partial one would report the unrun checks as misses): exit 3.
@@ -152,7 +154,7 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
                 return _interrupted(say, report_dir)
             outs = _outcomes(run)
             mutated[m.name] = outs
-            hit = [rid for rid, o in outs.items() if o in BAD and clean.get(rid) == "pass"]
+            hit = _caught(outs, clean)
             say(f"[{i:>2}/{len(all_mutants)}] {m.name:<28} caught by {', '.join(hit) or 'NOTHING'}")
     finally:
         pools.close()
@@ -167,4 +169,4 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     ok = not (matrix["uncaught_mutants"] or matrix["requirements_without_teeth"] or matrix["clean_must_failures"])
     say(f"kill rate {matrix['kill_rate']:.0%}, teeth {matrix['teeth_rate']:.0%}, "
         f"clean MUST failures {len(matrix['clean_must_failures'])} -> {'OK' if ok else 'FAILED'}")
-    return 0 if ok else 1
+    return ExitCode.OK if ok else ExitCode.NON_CONFORMANT

@@ -33,14 +33,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conformance.report import Result, write_report
+from conformance.outcomes import Outcome
+from conformance.report import RankOutcome, Result, write_report
 from conformance.report.build import build_report
+from conformance.report.details import distinct_details, merge_details
 from conformance.report.environment import collect_environment
 from conformance.runner.forked import fork_and_collect
 from conformance.spec import load_catalog
 
 CHECKS = ("SPLIT-MEMBERSHIP", "SPLIT-BOUND-INHERIT", "QUAL-SUBGROUP-FILTER", "HINT-TORCHCOMMS-OPTIONS")
-EXIT = {"conformant": 0, "conformant-with-waivers": 0, "non-conformant": 1, "incomplete": 3}
 
 
 def load_builder(spec: str) -> Callable[..., Any]:
@@ -242,18 +243,19 @@ def judge(results: dict[int, tuple[str, Any]], n: int, duration_s: float, target
         row = {"requirement": rid, "area": req.area, "level": req.level, "world_size": n,
                "duration_s": duration_s, "target": target}
         if errors:
-            detail = "; ".join(f"rank {r}: {text.strip().splitlines()[-1]}" for r, text in sorted(errors.items()))
-            out.append(Result(outcome="error", detail=f"the builder failed: {detail}",
-                              ranks=[{"rank": r, "error": t} for r, t in sorted(errors.items())], **row))
+            ranks = [RankOutcome(r, Outcome.ERROR, f"rank {r}: {text.strip().splitlines()[-1]}", text)
+                     for r, text in sorted(errors.items())]
+            detail = merge_details((r.rank, r.detail) for r in ranks)
+            out.append(Result(outcome=Outcome.ERROR, detail=f"the builder failed: {detail}", ranks=ranks, **row))
             continue
         groups = results[0][1]
         skip = _nothing_to_judge(rid, groups)
         if skip:
-            out.append(Result(outcome="skip", detail=skip, **row))
+            out.append(Result(outcome=Outcome.SKIP, detail=skip, **row))
             continue
-        problems = [p for r in range(n) for obs in results[r][1] for p in JUDGES[rid](obs, r)]
+        problems = distinct_details((r, p) for r in range(n) for obs in results[r][1] for p in JUDGES[rid](obs, r))
         detail = "; ".join(problems[:20]) if problems else f"{len(groups)} groups judged on {n} ranks"
-        out.append(Result(outcome="fail" if problems else "pass", detail=detail, **row))
+        out.append(Result(outcome=Outcome.FAIL if problems else Outcome.PASS, detail=detail, **row))
     return out
 
 
@@ -279,17 +281,18 @@ def run(builder: str, world_size: int, kwargs: dict[str, Any], timeout_s: float 
 
 def cmd_framework(args: argparse.Namespace) -> int:
     """Entry point of ``python -m conformance framework``."""
+    from conformance.cli import ExitCode
     from conformance.session import statements
 
     try:
         results = run(args.builder, args.world_size, args.kwargs, args.timeout)
     except ValueError as exc:
         print(f"error: {exc}")
-        return 2
+        return ExitCode.BAD_INPUT
     target = f"framework-{args.builder}"
     report = build_report(target, results, collect_environment({"builder": args.builder, "kwargs": args.kwargs}))
     json_path, md_path = write_report(report, args.report_dir, statements())
     for r in results:
         print(f"{r.requirement:<26} {r.outcome:<6} {r.detail[:200]}")
     print(f"verdict: {report['verdict']}  report: {json_path} {md_path}")
-    return EXIT.get(report["verdict"], 1)
+    return ExitCode.for_verdict(report["verdict"])

@@ -3,8 +3,9 @@
 Options: ``--conformance-targets`` (default all: sim,gloo,nccl,torchcomms), ``--conformance-world-sizes``
 (default 2,4), ``--conformance-timeout`` (seconds per check), ``--conformance-report-dir`` (write
 ``<target>.json``/``.md`` at the end; works under pytest-xdist, the controller writes them).
-Markers: ``sim``, ``gloo``, ``gpu`` (every target whose class sets ``gpu``: nccl, torchcomms, a
-vendor's GPU backend), ``vendor``, and one per area. This process never initialises CUDA: GPU
+Markers come from the target: ``gpu`` for every target whose class sets ``gpu`` (nccl, torchcomms, a
+vendor's GPU backend), else the name of a built-in target (``sim``, ``gloo``) or ``vendor``; and one per
+area. The report is built by ``session.finish_run``, as for the CLI. This process never initialises CUDA: GPU
 targets count devices through NVML here and their ranks are spawned (see conformance.gpu.devices).
 """
 
@@ -18,22 +19,17 @@ from typing import Any
 import pytest
 
 from conformance import inputs
-from conformance.report import (
-    Result,
-    apply_expectations,
-    build_report,
-    collect_environment,
-    write_report,
-)
+from conformance.outcomes import Outcome
+from conformance.report import Result, write_report
+from conformance.report.build import now_iso
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
-from conformance.session import fixed_upstream, load_bound_catalog, load_target_expectations, statements
+from conformance.session import SuiteRun, finish_run, judge, load_bound_catalog, statements
 from conformance.spec import Requirement
-from conformance.targets import available_targets, make_target
-from conformance.targets.registry import target_class
+from conformance.targets import available_targets
+from conformance.targets.registry import BUILTIN, target_class
 
 _PROPERTY = "conformance_result"
-_STALE = "conformance_stale_waiver"
 
 
 @dataclass(frozen=True)
@@ -61,13 +57,13 @@ def _marks(case: Case) -> list[Any]:
 
 
 def _kind(target: str) -> str:
-    """The marker of a target: its name for sim and gloo, else gpu (the class's ``gpu``) or vendor."""
-    if target in ("sim", "gloo"):
-        return target
+    """The marker of a target's items: ``gpu`` when its class sets ``gpu``, else a built-in target's
+    name (sim, gloo, vendor: certify's), else ``vendor`` (a target a vendor's package declares)."""
     try:
-        return "gpu" if target_class(target).gpu else "vendor"
+        gpu = target_class(target).gpu
     except ValueError:  # an unknown name: its items report the error when they run
         return "vendor"
+    return "gpu" if gpu else target if target in BUILTIN else "vendor"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -96,65 +92,59 @@ def conformance_pools() -> Any:
 
 
 def run_item(case: Case, pools: PoolSet, request: pytest.FixtureRequest) -> None:
-    """Run one case, record its result for the report, and map its outcome onto pytest's."""
-    result = run_case(pools, case.requirement, case.target, case.world_size, timeout_s=case.timeout_s)
-    (result,), stale = apply_expectations([result], load_target_expectations(case.target))
-    (result,) = fixed_upstream([result])
-    request.node.user_properties.append((_PROPERTY, json.dumps(result.to_json())))
-    for entry in stale:
-        request.node.user_properties.append((_STALE, json.dumps({"target": case.target, "entry": entry})))
-    traces = "\n".join(f"--- rank {r['rank']} ---\n{r['traceback']}" for r in result.ranks if r.get("traceback"))
-    if result.outcome == "fail" and case.requirement.level == "SHOULD":
+    """Run one case, record its result for the report (as it ran: the report judges it again, with the
+    others), and map its outcome, judged as the report will state it, onto pytest's."""
+    ran = run_case(pools, case.requirement, case.target, case.world_size, timeout_s=case.timeout_s)
+    request.node.user_properties.append((_PROPERTY, json.dumps(ran.to_json())))
+    (result,), _ = judge(case.target, [ran])
+    traces = "\n".join(f"--- rank {r.rank} ---\n{r.traceback}" for r in result.ranks if r.traceback)
+    if result.outcome is Outcome.FAIL and case.requirement.level == "SHOULD":
         pytest.xfail(f"SHOULD not met (a finding; the verdict counts only MUSTs): {result.detail}")
-    if result.outcome in ("fail", "error"):
+    if result.outcome.failing:
         pytest.fail(f"{result.outcome}: {result.detail}\n{traces}".rstrip(), pytrace=False)
-    if result.outcome in ("skip", "not-observable"):
+    if result.outcome in (Outcome.SKIP, Outcome.NOT_OBSERVABLE):
         pytest.skip(f"{result.outcome}: {result.detail}")
     fixed = [n for n in result.notes if n.startswith("fixed upstream")]
     if fixed:  # torch fixed what the spec's finding describes: not the backend's SHOULD pass
         pytest.skip(fixed[0])
-    if result.outcome == "waived":
+    if result.outcome is Outcome.WAIVED:
         pytest.xfail(f"waived: {result.waiver}")
 
 
 class _Collector:
-    """Gathers results from items (also from xdist workers) and writes reports at the end."""
+    """Gathers results from items (also from xdist workers) and writes one report per target at the end."""
 
     def __init__(self, report_dir: Path) -> None:
         self.report_dir = report_dir
-        self.results: dict[str, list[Result]] = {}
-        self.stale: dict[str, list[dict[str, Any]]] = {}
+        self.runs: dict[str, SuiteRun] = {}
+        self.started = now_iso()
         self.interrupted = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
             if name == _PROPERTY and report.when == "call":
                 result = Result.from_json(json.loads(value))
-                self.results.setdefault(result.target, []).append(result)
-            elif name == _STALE and report.when == "call":
-                stale = json.loads(value)
-                self.stale.setdefault(stale["target"], []).append(stale["entry"])
+                self.runs.setdefault(result.target, SuiteRun(started=self.started)).results.append(result)
 
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if exitstatus == pytest.ExitCode.INTERRUPTED or session.shouldstop or session.shouldfail:
-            self.interrupted = True  # fewer results than items: the report must not claim a verdict
-        for target, results in self.results.items():
-            environment = collect_environment(make_target(target).environment()) if target != "vendor" else \
-                collect_environment()
-            report = build_report(target, results, environment, interrupted=self.interrupted,
-                                  stale_waivers=self.stale.get(target, ()))
-            write_report(report, self.report_dir, statements())
+        # Fewer results than items (Ctrl-C, --maxfail, or a second Ctrl-C that broke pytest's own reporting
+        # and ends as an internal error): the report must not claim a verdict.
+        ran_to_the_end = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        if not ran_to_the_end or session.shouldstop or session.shouldfail:
+            self.interrupted = True
+        for target, run in self.runs.items():
+            run.interrupted = self.interrupted
+            write_report(finish_run(run, target).report, self.report_dir, statements())
 
 
 def _validate_options(config: pytest.Config) -> None:
     """Refuse bad option values as usage errors, before any item is collected."""
     try:
         for target in (t for t in config.getoption("--conformance-targets").split(",") if t):
-            if target not in available_targets() and target != "vendor":
-                make_target(target)  # raises ValueError naming the known targets
+            target_class(target)  # raises ValueError naming the known targets
         inputs.world_sizes(config.getoption("--conformance-world-sizes"))
         inputs.timeout(config.getoption("--conformance-timeout"))
         report_dir = config.getoption("--conformance-report-dir", default=None)

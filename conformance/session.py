@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -11,9 +10,9 @@ import torch
 
 from conformance import interrupts
 from conformance.checks import bind_checks
+from conformance.outcomes import Outcome
 from conformance.report import (
     Expectation,
-    ExpectationError,
     Result,
     apply_expectations,
     build_report,
@@ -21,6 +20,7 @@ from conformance.report import (
     load_expectations,
     out_of_range,
 )
+from conformance.report.build import now_iso
 from conformance.runner.inprocess import run_requirements
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
@@ -49,10 +49,11 @@ class Selection:
 
 @dataclass
 class SuiteRun:
-    """The outcome of a suite run: results, whether it was interrupted, and the report."""
+    """A suite run on one target: its results, whether it was interrupted, and (once finished) the report."""
 
     results: list[Result] = field(default_factory=list)
     interrupted: bool = False
+    started: str = field(default_factory=now_iso)
     report: dict[str, Any] = field(default_factory=dict)
     stale: list[dict[str, Any]] = field(default_factory=list)
     out_of_range: list[dict[str, Any]] = field(default_factory=list)
@@ -74,13 +75,13 @@ def load_bound_catalog() -> list[Requirement]:
 
 
 def load_target_expectations(target: str) -> list[Expectation]:
-    """The target's expectation entries; an entry naming a requirement the spec lacks is an ExpectationError."""
+    """The target's expectation entries; an entry naming a requirement the spec lacks is a SpecError."""
     entries = load_expectations(target)
     known = {r.id for r in load_catalog()}
     for entry in entries:
         if entry.requirement not in known:
-            raise ExpectationError(entry.file or f"{target}.toml", entry.requirement, "requirement",
-                                   "no such requirement in the spec")
+            raise SpecError(entry.file or f"{target}.toml", entry.requirement, "requirement",
+                            "no such requirement in the spec")
     return entries
 
 
@@ -100,7 +101,7 @@ def fixed_upstream(results: list[Result], torch_version: str | None = None) -> l
     fixed = {r.id: r for r in load_catalog() if r.finding and not r.finding_holds(version)}
     def mark(result: Result) -> Result:
         req = fixed.get(result.requirement)
-        if req is None or result.outcome != "pass":
+        if req is None or result.outcome is not Outcome.PASS:
             return result
         note = f"fixed upstream: the spec's finding held on torch {req.finding_torch}, not on {version}"
         return replace(result, notes=[*result.notes, note])
@@ -130,7 +131,6 @@ def run_suite(
     catalog = load_bound_catalog()
     chosen = (selection or Selection()).pick(catalog)
     run = SuiteRun()
-    started = dt.datetime.now(dt.UTC).isoformat()
     if launcher == "env":
         try:
             with interrupts.raising():
@@ -141,7 +141,7 @@ def run_suite(
         if results is None:
             return run
         run.results = results
-        return _finish(run, target, target_options, started)
+        return finish_run(run, target, target_options)
     sizes = sorted(set(world_sizes))
     own_pools = pools is None
     pools = pools or PoolSet()
@@ -166,18 +166,26 @@ def run_suite(
     finally:
         if own_pools:
             pools.close()
-    return _finish(run, target, target_options, started)
+    return finish_run(run, target, target_options)
 
 
-def _finish(run: SuiteRun, target: str, target_options: dict[str, Any] | None, started: str) -> SuiteRun:
-    """Apply the target's expectations and build the report."""
-    expectations = load_target_expectations(target)
-    results, run.stale = apply_expectations(run.results, expectations, strict=False)
-    run.out_of_range = out_of_range(expectations)
-    run.results = results = fixed_upstream(results)
+def judge(target: str, results: list[Result]) -> tuple[list[Result], list[dict[str, Any]]]:
+    """The results as the report states them: the target's expectations applied (a known failure is
+    waived), passes of fixed-upstream findings noted; and the stale waivers found."""
+    results, stale = apply_expectations(results, load_target_expectations(target), strict=False)
+    return fixed_upstream(results), stale
+
+
+def finish_run(run: SuiteRun, target: str, target_options: dict[str, Any] | None = None) -> SuiteRun:
+    """Judge the run's results and build its report: the one path of the CLI, torchrun and pytest.
+
+    ``run.results`` are the cases as they ran; afterwards they are as the report states them.
+    """
+    run.results, run.stale = judge(target, run.results)
+    run.out_of_range = out_of_range(load_target_expectations(target))
     stack = make_target(target, target_options)
     environment = collect_environment(stack.environment())
-    run.report = build_report(target, results, environment, interrupted=run.interrupted, started=started,
+    run.report = build_report(target, run.results, environment, interrupted=run.interrupted, started=run.started,
                               stale_waivers=run.stale, out_of_range_waivers=run.out_of_range,
                               capabilities=stack.capabilities)
     return run

@@ -22,16 +22,16 @@ def test_fault_is_reported_with_rank_and_stack_then_the_run_goes_on(pools, kind,
     req = REQ["COLL-ALLREDUCE-OPS"]  # its first collective is a plain all_reduce
     faulty = run_case(pools, req, "sim", 2, timeout_s=3.0, env={"SIM_FAULT": f"1:allreduce:{kind}"})
     assert faulty.outcome == "error"
-    rank1 = next(r for r in faulty.ranks if r["rank"] == 1)
+    rank1 = next(r for r in faulty.ranks if r.rank == 1)
     assert "rank 1" in faulty.detail
     if kind == "raise":
         assert "injected fault: rank 1 raised at allreduce" in faulty.detail
-        assert "maybe_inject" in rank1["traceback"]
+        assert "maybe_inject" in rank1.traceback
     else:
-        assert rank1.get("status") in ("crashed", "timeout")
+        assert rank1.status in ("crashed", "timeout")
         assert status.split()[0] in faulty.detail or "exit code" in faulty.detail
     if kind == "hang":
-        assert "maybe_inject" in rank1["traceback"]  # the Python stack of the hung rank
+        assert "maybe_inject" in rank1.traceback  # the Python stack of the hung rank
     after = run_case(pools, req, "sim", 2, timeout_s=10.0)
     assert after.outcome == "pass", after.detail
 

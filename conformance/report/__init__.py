@@ -4,19 +4,18 @@ from conformance.report.build import Verdict, build_report, compute_verdict, ver
 from conformance.report.environment import collect_environment
 from conformance.report.expectations import (
     Expectation,
-    ExpectationError,
     StaleWaiverError,
     apply_expectations,
     load_expectations,
     out_of_range,
 )
 from conformance.report.markdown import render_markdown
-from conformance.report.model import Result
+from conformance.report.model import RankOutcome, Result
 from conformance.report.write import load_report, write_report
 
 __all__ = [
     "Expectation",
-    "ExpectationError",
+    "RankOutcome",
     "Result",
     "StaleWaiverError",
     "Verdict",

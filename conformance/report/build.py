@@ -18,8 +18,6 @@ from conformance.spec import load_catalog
 
 SCHEMA_ID = "conformance-report/1"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
-OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
-_FAILING = (Outcome.FAIL.value, Outcome.ERROR.value)
 
 
 class Verdict:
@@ -47,9 +45,6 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-_JUDGED = (Outcome.PASS.value, Outcome.FAIL.value, Outcome.ERROR.value)
-
-
 def _is_must(result: Result) -> bool:
     return result.level.upper() == "MUST"
 
@@ -67,9 +62,9 @@ def _is_backend(result: Result, spec: dict[str, Any]) -> bool:
 
 def _was_judged(result: Result) -> bool:
     """A verdict on the backend was reached: pass, fail, error, or a waived fail/error."""
-    if result.outcome == Outcome.WAIVED.value:
-        return (result.waiver or {}).get("observed") in (Outcome.FAIL.value, Outcome.ERROR.value)
-    return result.outcome in _JUDGED
+    if result.outcome is Outcome.WAIVED:
+        return Outcome((result.waiver or {}).get("observed", Outcome.PASS)).failing
+    return result.outcome is Outcome.PASS or result.outcome.failing
 
 
 def judged_musts(results: list[Result], capabilities: Iterable[str] | None = None) -> dict[str, Any]:
@@ -92,7 +87,7 @@ def judged_musts(results: list[Result], capabilities: Iterable[str] | None = Non
         req = spec.get(rid)
         missing = [c for c in (req.capabilities if req else ()) if caps is not None and c not in caps]
         unjudged.append({"requirement": rid, "missing": missing,
-                         "outcomes": sorted({r.outcome for r in rs}), "reason": rs[0].detail})
+                         "outcomes": sorted({r.outcome.value for r in rs}), "reason": rs[0].detail})
     return {"backend_musts": len(by_req), "judged": len(judged), "judged_requirements": judged,
             "unjudged": unjudged}
 
@@ -108,19 +103,19 @@ def compute_verdict(results: Iterable[Result], interrupted: bool) -> str:
         return Verdict.INCOMPLETE
     spec = _spec()
     musts = [r.outcome for r in results if _is_must(r) and _is_backend(r, spec)]
-    if any(o in _FAILING for o in musts):
+    if any(o.failing for o in musts):
         return Verdict.NON_CONFORMANT
-    if not any(o in (Outcome.PASS.value, Outcome.WAIVED.value) for o in musts):
+    if not any(o in (Outcome.PASS, Outcome.WAIVED) for o in musts):
         return Verdict.INCOMPLETE
-    if Outcome.WAIVED.value in musts:
+    if Outcome.WAIVED in musts:
         return Verdict.CONFORMANT_WITH_WAIVERS
     return Verdict.CONFORMANT
 
 
 def _counts(results: Iterable[Result]) -> dict[str, int]:
-    counts = dict.fromkeys(OUTCOMES, 0)
+    counts = {o.value: 0 for o in Outcome}
     for r in results:
-        counts[r.outcome] = counts.get(r.outcome, 0) + 1
+        counts[r.outcome.value] += 1
     return counts
 
 
@@ -134,9 +129,9 @@ def summarize(results: list[Result], capabilities: Iterable[str] | None = None) 
         "by_area": {a: _counts(r for r in results if r.area == a) for a in areas},
         "by_level": {lv: _counts(r for r in results if r.level.upper() == lv) for lv in levels},
         "should_failures": [
-            {"requirement": r.requirement, "world_size": r.world_size, "outcome": r.outcome}
+            {"requirement": r.requirement, "world_size": r.world_size, "outcome": r.outcome.value}
             for r in results
-            if not _is_must(r) and r.outcome in _FAILING
+            if not _is_must(r) and r.outcome.failing
         ],
         "judged": judged_musts(results, capabilities),
     }

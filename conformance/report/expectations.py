@@ -1,4 +1,4 @@
-"""Per-target expectation (waiver) files: load, validate, apply, and detect stale waivers.
+"""Per-target expectation (waiver) files: load (through spec.datafile), apply, and detect stale waivers.
 
 A file ``conformance/expectations/<target>.toml`` holds ``[[expect]]`` tables, each naming a
 requirement the target is known to fail, why, and the upstream issue. Applying them turns a
@@ -10,31 +10,18 @@ report), never silently dropped.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
 
 from conformance.outcomes import Outcome
 from conformance.report.model import Result
 from conformance.report.write import safe_stem
+from conformance.spec.datafile import SpecError, admits, entry_name, load_tables, version_range
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parent.parent / "expectations"
-EXPECTED_OUTCOMES: tuple[str, ...] = (Outcome.FAIL.value, Outcome.ERROR.value, Outcome.NOT_OBSERVABLE.value)
-_WAIVABLE = (Outcome.FAIL.value, Outcome.ERROR.value)
-_FIELDS = ("requirement", "outcome", "reason", "issue", "world_sizes", "torch")
-
-
-class ExpectationError(ValueError):
-    """A malformed expectation file: names the file, the requirement and the field at fault."""
-
-    def __init__(self, file: str, requirement: str, field: str, problem: str) -> None:
-        self.file, self.requirement, self.field = file, requirement, field
-        super().__init__(f"{file}: requirement {requirement!r}, field {field!r}: {problem}")
 
 
 class StaleWaiverError(RuntimeError):
@@ -50,12 +37,15 @@ class Expectation:
     """One ``[[expect]]`` entry: a known failure of one requirement on one target."""
 
     requirement: str
-    outcome: str
+    outcome: Outcome
     reason: str
     issue: str
     world_sizes: tuple[int, ...] = ()
     torch: str = ""
     file: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))
 
     def matches(self, result: Result, torch_version: str) -> bool:
         """True when this entry covers ``result`` (same requirement, world size and torch range)."""
@@ -69,13 +59,13 @@ class Expectation:
 
     def in_range(self, torch_version: str) -> bool:
         """True when the entry's torch range (none: every torch) admits ``torch_version``."""
-        return not self.torch or Version(Version(torch_version).base_version) in SpecifierSet(self.torch)
+        return admits(self.torch, torch_version)
 
     def to_json(self) -> dict[str, Any]:
         """The entry as the report's ``waivers_used`` lists it."""
         return {
             "requirement": self.requirement,
-            "outcome": self.outcome,
+            "outcome": self.outcome.value,
             "reason": self.reason,
             "issue": self.issue,
             "world_sizes": list(self.world_sizes),
@@ -84,39 +74,11 @@ class Expectation:
         }
 
 
-def _nonempty_str(file: str, rid: str, entry: dict, field: str) -> str:
-    value = entry.get(field)
-    if not isinstance(value, str) or not value.strip():
-        raise ExpectationError(file, rid, field, "required, a non-empty string")
-    return value.strip()
-
-
-def _parse_entry(file: str, index: int, entry: object) -> Expectation:
-    if not isinstance(entry, dict):
-        raise ExpectationError(file, f"#{index}", "<entry>", "each [[expect]] must be a table")
-    rid = entry.get("requirement") if isinstance(entry.get("requirement"), str) else f"#{index}"
-    unknown = sorted(set(entry) - set(_FIELDS))
-    if unknown:
-        raise ExpectationError(file, rid, unknown[0], f"unknown field; allowed: {', '.join(_FIELDS)}")
-    requirement = _nonempty_str(file, rid, entry, "requirement")
-    outcome = _nonempty_str(file, rid, entry, "outcome")
-    if outcome not in EXPECTED_OUTCOMES:
-        raise ExpectationError(file, rid, "outcome", f"{outcome!r} is not one of {EXPECTED_OUTCOMES}")
-    reason = _nonempty_str(file, rid, entry, "reason")
-    issue = _nonempty_str(file, rid, entry, "issue")
-    if not issue.startswith(("https://", "http://")):
-        raise ExpectationError(file, rid, "issue", f"{issue!r} is not an http(s) URL")
-    sizes = entry.get("world_sizes", [])
-    if not isinstance(sizes, list) or not all(type(s) is int and s > 0 for s in sizes):
-        raise ExpectationError(file, rid, "world_sizes", "must be a list of positive integers")
-    torch_range = entry.get("torch", "")
-    if not isinstance(torch_range, str):
-        raise ExpectationError(file, rid, "torch", "must be a version range string like '>=2.13,<2.14'")
-    try:
-        SpecifierSet(torch_range)
-    except InvalidSpecifier as exc:
-        raise ExpectationError(file, rid, "torch", f"not a version range: {exc}") from None
-    return Expectation(requirement, outcome, reason, issue, tuple(sizes), torch_range, file)
+def _expectation(file: str, index: int, entry: dict[str, Any]) -> Expectation:
+    rid = entry_name(entry, "requirement", index)
+    torch_range = version_range(entry.get("torch", ""), file, rid, "torch")
+    return Expectation(entry["requirement"].strip(), Outcome(entry["outcome"]), entry["reason"].strip(),
+                       entry["issue"].strip(), tuple(entry.get("world_sizes", ())), torch_range, file)
 
 
 def _check_overlaps(file: str, entries: list[Expectation]) -> None:
@@ -124,25 +86,15 @@ def _check_overlaps(file: str, entries: list[Expectation]) -> None:
         for b in entries[i + 1 :]:
             same_sizes = not a.world_sizes or not b.world_sizes or set(a.world_sizes) & set(b.world_sizes)
             if a.requirement == b.requirement and same_sizes and a.torch == b.torch:
-                raise ExpectationError(file, a.requirement, "world_sizes", "two entries cover the same runs")
+                raise SpecError(file, a.requirement, "world_sizes", "two entries cover the same runs")
 
 
 def load_file(path: Path) -> list[Expectation]:
-    """Parse one expectation file (zero entries is fine); raises ExpectationError on a bad entry."""
-    name = path.name
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ExpectationError(name, "<file>", "<toml>", str(exc)) from None
-    unknown = sorted(set(data) - {"expect"})
-    if unknown:
-        raise ExpectationError(name, "<file>", unknown[0], "unknown top-level key; only [[expect]] tables")
-    raw = data.get("expect", [])
-    if not isinstance(raw, list):
-        raise ExpectationError(name, "<file>", "expect", "must be an array of tables ([[expect]])")
-    entries = [_parse_entry(name, i, e) for i, e in enumerate(raw)]
-    _check_overlaps(name, entries)
-    return entries
+    """Parse one expectation file (zero entries is fine); raises SpecError on a bad entry."""
+    entries = load_tables(path, "expect", "expectation.schema.json", key="requirement", required=False)
+    expectations = [_expectation(path.name, i, e) for i, e in enumerate(entries)]
+    _check_overlaps(path.name, expectations)
+    return expectations
 
 
 def load_expectations(target: str, directory: Path | None = None) -> list[Expectation]:
@@ -151,11 +103,11 @@ def load_expectations(target: str, directory: Path | None = None) -> list[Expect
     return load_file(path) if path.exists() else []
 
 
-def _waiver(entry: Expectation, observed: str) -> dict[str, str]:
+def _waiver(entry: Expectation, observed: Outcome) -> dict[str, str]:
     return {
         "requirement": entry.requirement,
-        "expected": entry.outcome,
-        "observed": observed,
+        "expected": entry.outcome.value,
+        "observed": observed.value,
         "reason": entry.reason,
         "issue": entry.issue,
     }
@@ -192,14 +144,14 @@ def _out_of_range_note(result: Result, entries: list[Expectation], version: str)
 
 def _apply_one(result: Result, entry: Expectation, stale: list[dict[str, Any]]) -> Result:
     observed = result.outcome
-    if observed == Outcome.PASS.value:
+    if observed is Outcome.PASS:
         stale.append(_stale(entry, result))
         return result
-    if observed == entry.outcome and observed in _WAIVABLE:
-        return replace(result, outcome=Outcome.WAIVED.value, waiver=_waiver(entry, observed))
-    if observed == entry.outcome:
+    if observed is entry.outcome and observed.failing:
+        return replace(result, outcome=Outcome.WAIVED, waiver=_waiver(entry, observed))
+    if observed is entry.outcome:
         return replace(result, notes=[*result.notes, f"expected {observed}: {entry.reason} ({entry.issue})"])
-    if observed in _WAIVABLE:
+    if observed.failing:
         note = f"waiver expects {entry.outcome} but observed {observed}; not waived ({entry.issue})"
         return replace(result, notes=[*result.notes, note])
     return result

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-SYMBOLS: dict[str, str] = {
-    "pass": "✅ pass",
-    "fail": "❌ fail",
-    "error": "⚠️ error",
-    "skip": "⏭ skip",
-    "not-observable": "👁 n/o",
-    "waived": "🛈 waived",
+from conformance.outcomes import Outcome
+
+SYMBOLS: dict[Outcome, str] = {
+    Outcome.PASS: "✅ pass",
+    Outcome.FAIL: "❌ fail",
+    Outcome.ERROR: "⚠️ error",
+    Outcome.SKIP: "⏭ skip",
+    Outcome.NOT_OBSERVABLE: "👁 n/o",
+    Outcome.WAIVED: "🛈 waived",
 }
 VERDICT_SYMBOLS: dict[str, str] = {
     "conformant": "✅",
@@ -41,7 +43,7 @@ def _environment(report: dict[str, Any]) -> list[str]:
 
 def _summary(report: dict[str, Any]) -> list[str]:
     summary = report["summary"]
-    counts = ", ".join(f"{SYMBOLS[o]} {n}" for o, n in summary["by_outcome"].items() if n)
+    counts = ", ".join(f"{SYMBOLS[Outcome(o)]} {n}" for o, n in summary["by_outcome"].items() if n)
     line = f"**{summary['total']} results:** {counts or 'none'}"
     if report["interrupted"]:
         line += " — **the run was interrupted; results are partial**"
@@ -50,8 +52,8 @@ def _summary(report: dict[str, Any]) -> list[str]:
     judged = summary.get("judged")
     if judged:
         lines += ["", f"**Judged {judged['judged']} of {judged['backend_musts']} backend MUST requirements.**"]
-    if must and (must["skip"] or must["not-observable"]):
-        shown = f"{must['skip']} skipped, {must['not-observable']} not observable"
+    if must and (must[Outcome.SKIP.value] or must[Outcome.NOT_OBSERVABLE.value]):
+        shown = f"{must[Outcome.SKIP.value]} skipped, {must[Outcome.NOT_OBSERVABLE.value]} not observable"
         lines += ["", f"MUST results without a verdict: {shown}."]
     return [*lines, ""]
 
@@ -78,7 +80,7 @@ def _matrix(report: dict[str, Any], statements: dict[str, str]) -> list[str]:
         levels: dict[str, str] = {}
         for r in results:
             if r["area"] == area:
-                symbol = SYMBOLS.get(r["outcome"], r["outcome"])
+                symbol = SYMBOLS[Outcome(r["outcome"])]
                 cells.setdefault(r["requirement"], {})[r["world_size"]] = symbol
                 levels[r["requirement"]] = r["level"]
         header = ["Requirement", "Level", "Statement", *(f"ws={n}" for n in sizes)]
@@ -105,9 +107,9 @@ def _rank_lines(rank: dict[str, Any]) -> list[str]:
 
 def _findings(report: dict[str, Any]) -> list[str]:
     lines = ["## Failures and findings", ""]
-    failures = [r for r in report["results"] if r["outcome"] in ("fail", "error")]
+    failures = [r for r in report["results"] if Outcome(r["outcome"]).failing]
     for r in failures:
-        lines.append(f"- {SYMBOLS[r['outcome']]} `{r['requirement']}` ({r['level']}, {r['area']}) "
+        lines.append(f"- {SYMBOLS[Outcome(r['outcome'])]} `{r['requirement']}` ({r['level']}, {r['area']}) "
                      f"at world size {r['world_size']}:")
         lines += _indent(r["detail"] or "(no detail)")
         for rank in r.get("ranks", []):

@@ -13,6 +13,7 @@ from typing import Any
 from conformance import frontend_mutants
 from conformance.checks.registry import CheckContext, load_checks
 from conformance.outcomes import CheckFailed, NotObservable, Outcome, Skipped
+from conformance.report.model import RankOutcome
 from conformance.runner.isolation import ProcessState
 from conformance.spec import Requirement, load_catalog
 from conformance.targets import make_target
@@ -60,11 +61,11 @@ def run_check(
     timeout_s: float = 60.0,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run the check bound to ``requirement_id`` on this rank; return a picklable rank outcome.
+    """Run the check bound to ``requirement_id`` on this rank; return its RankOutcome in the wire form
+    (``RankOutcome.to_json``), which the pool pickles and torchrun's store carries as JSON.
 
-    The outcome dict has ``outcome`` (pass/fail/error/skip/not-observable), ``detail``,
-    ``traceback`` (for errors), ``notes`` and ``duration_s``. Process-wide torch state the
-    check changes (backend registration, config flags, default group) is restored after it.
+    Process-wide torch state the check changes (backend registration, config flags, default group)
+    is restored after it.
     """
     started = time.perf_counter()
     state = ProcessState.capture(extra_env=tuple(env or ()))
@@ -98,11 +99,5 @@ def run_check(
             target.teardown()
         finally:
             state.restore()
-    return {
-        "rank": rank,
-        "outcome": outcome.value,
-        "detail": detail,
-        "traceback": tb,
-        "notes": ctx.notes if ctx else [],
-        "duration_s": time.perf_counter() - started,
-    }
+    notes = ctx.notes if ctx else []
+    return RankOutcome(rank, outcome, detail, tb, notes, duration_s=time.perf_counter() - started).to_json()

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from conformance.report.model import Result
+from conformance.report.model import RankOutcome, Result
 from conformance.runner.execute import run_check
-from conformance.runner.orchestrate import aggregate_values, case_result, precheck
+from conformance.runner.orchestrate import aggregate, case_result, precheck
 from conformance.spec import Requirement
 
 
@@ -50,12 +50,11 @@ def run_requirements(requirements: list[Requirement], target: str, target_option
         prefix = dist.PrefixStore(f"conformance/check{i}/", store)
         value = run_check(rank, world_size, dist.PrefixStore("run/", prefix), req.id, target, target_options,
                           timeout_s)
-        prefix.set(f"outcome/{rank}", json.dumps(value))  # the store may be remote: data only, never pickle
+        prefix.set(f"outcome/{rank}", json.dumps(value))  # RankOutcome's wire form: data only, never pickle
         if rank == 0:
             keys = [f"outcome/{r}" for r in range(world_size)]
             prefix.wait(keys)
-            values = [json.loads(prefix.get(k)) for k in keys]
-            outcome, detail, ranks = aggregate_values(values)
-            results.append(case_result(req, target, world_size, outcome, detail,
-                                       max(v["duration_s"] for v in values), ranks))
+            ranks = [RankOutcome.from_json(json.loads(prefix.get(k))) for k in keys]
+            results.append(case_result(req, target, world_size, *aggregate(ranks),
+                                       max(r.duration_s or 0.0 for r in ranks), ranks))
     return results if rank == 0 else None

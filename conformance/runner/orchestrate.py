@@ -1,4 +1,4 @@
-"""Parent side: run one requirement on one target at one world size and turn rank reports into a Result."""
+"""Parent side: run one requirement on one target at one world size and turn its RankOutcomes into a Result."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 
 import torch
 
+from conformance import outcomes
 from conformance.outcomes import Outcome
-from conformance.report.model import Result
+from conformance.report.details import merge_details
+from conformance.report.model import RankOutcome, Result
 from conformance.runner.pool import GPU_START_METHOD, PoolSet, RankReport
 from conformance.spec import Requirement
 from conformance.targets import make_target
@@ -17,8 +19,6 @@ from conformance.targets import make_target
 TASK = "conformance.runner.execute:run_check"
 # A rank still running this long after the check's own timeout is hung: its stack is taken and the pool rebuilt.
 POOL_GRACE_S = 5.0
-# Which rank outcome wins when ranks disagree: the most serious first.
-_SEVERITY = [Outcome.ERROR, Outcome.FAIL, Outcome.NOT_OBSERVABLE, Outcome.SKIP, Outcome.PASS]
 
 
 def precheck(requirement: Requirement, target_name: str, target_options: dict[str, Any] | None,
@@ -49,14 +49,14 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
     return None
 
 
-def _entry(rep: RankReport) -> dict[str, Any]:
-    """A rank's outcome dict: run_check's value, or an error entry naming how the rank failed."""
+def rank_outcome(rep: RankReport) -> RankOutcome:
+    """A rank's outcome: the one run_check returned, or an error naming how the rank's process failed."""
     if rep.status == "ok":
-        return dict(rep.value)
+        return RankOutcome.from_json(rep.value)
     what = {"raised": "raised", "crashed": "crashed", "timeout": "timed out",
             "aborted": "was abandoned after a peer failed"}.get(rep.status, rep.status)
-    return {"rank": rep.rank, "outcome": "error", "detail": f"rank {rep.rank} {what}: {rep.error}".rstrip(": "),
-            "traceback": rep.traceback, "notes": [], "status": rep.status, "exitcode": rep.exitcode}
+    return RankOutcome(rep.rank, Outcome.ERROR, detail=f"rank {rep.rank} {what}: {rep.error}".rstrip(": "),
+                       traceback=rep.traceback, status=rep.status, exitcode=rep.exitcode)
 
 
 def _hung(rep: RankReport, timeout_s: float) -> RankReport:
@@ -68,31 +68,23 @@ def _hung(rep: RankReport, timeout_s: float) -> RankReport:
                    error=f"no result after {rep.duration_s:.1f} s (the check's timeout is {timeout_s:g} s)")
 
 
-def aggregate_values(values: list[dict[str, Any]]) -> tuple[Outcome, str, list[dict[str, Any]]]:
-    """Combine per-rank outcome dicts: the worst outcome wins; its details are kept, once each."""
-    ranks = [{k: v[k] for k in v if k != "duration_s"} for v in values]
-    outcomes = [Outcome(v["outcome"]) for v in values]
-    worst = min(outcomes, key=_SEVERITY.index) if outcomes else Outcome.ERROR
-    if worst in (Outcome.SKIP, Outcome.NOT_OBSERVABLE, Outcome.PASS):
-        details = [r["detail"] for r in ranks if r["outcome"] == worst.value]
-    else:
-        details = [r["detail"] for r in ranks if r["outcome"] in ("fail", "error")]
-    return worst, "; ".join(dict.fromkeys(d for d in details if d)), ranks
-
-
-def aggregate(reports: list[RankReport]) -> tuple[Outcome, str, list[dict[str, Any]]]:
-    """Combine per-rank reports: crashes and timeouts are errors naming the rank; else the worst outcome."""
-    return aggregate_values([_entry(rep) for rep in reports])
+def aggregate(ranks: list[RankOutcome]) -> tuple[Outcome, str]:
+    """Combine the ranks' outcomes: the most severe wins; the details of the ranks that decided it
+    (every failing rank when it is a failure), each distinct message once, naming its ranks."""
+    worst = outcomes.worst([r.outcome for r in ranks])
+    deciding = [r for r in ranks if (r.outcome.failing if worst.failing else r.outcome is worst)]
+    return worst, merge_details((r.rank, r.detail) for r in deciding)
 
 
 def case_result(requirement: Requirement, target_name: str, world_size: int, outcome: Outcome, detail: str,
-                duration_s: float, ranks: list[dict[str, Any]] | None = None) -> Result:
-    """The Result of one case; the notes are the ranks' notes, once each."""
-    ranks = ranks or []
+                duration_s: float, ranks: list[RankOutcome] | None = None) -> Result:
+    """The Result of one case; the notes are the ranks' notes, once each (the report keeps the case's
+    duration, not each rank's)."""
+    ranks = [replace(r, duration_s=None) for r in ranks or ()]
     return Result(
         requirement=requirement.id, area=requirement.area, level=requirement.level, world_size=world_size,
-        outcome=outcome.value, detail=detail, duration_s=round(duration_s, 4), target=target_name, ranks=ranks,
-        notes=list(dict.fromkeys(n for r in ranks for n in r.get("notes", []))),
+        outcome=outcome, detail=detail, duration_s=round(duration_s, 4), target=target_name, ranks=ranks,
+        notes=list(dict.fromkeys(n for r in ranks for n in r.notes)),
     )
 
 
@@ -116,10 +108,11 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
             {"requirement_id": requirement.id, "target_name": target_name,
              "target_options": target_options, "timeout_s": timeout_s, "env": env},
             timeout_s + POOL_GRACE_S,
-            failed=lambda value: isinstance(value, dict) and value.get("outcome") == Outcome.ERROR.value,
+            failed=lambda value: RankOutcome.from_json(value).outcome is Outcome.ERROR,
         )
     finally:
         if isolated:
             pool.close()
-    outcome, detail, ranks = aggregate([_hung(rep, timeout_s) for rep in reports])
-    return case_result(requirement, target_name, world_size, outcome, detail, time.perf_counter() - started, ranks)
+    ranks = [rank_outcome(_hung(rep, timeout_s)) for rep in reports]
+    return case_result(requirement, target_name, world_size, *aggregate(ranks), time.perf_counter() - started,
+                       ranks)

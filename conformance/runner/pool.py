@@ -42,7 +42,7 @@ class RankReport:
 
     rank: int
     status: str  # "ok" | "raised" | "crashed" | "timeout" | "aborted"
-    value: Any = None
+    value: Any = None  # what the task returned (run_check: a RankOutcome in its wire form)
     error: str = ""
     traceback: str = ""
     exitcode: int | None = None

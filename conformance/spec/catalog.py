@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
-import jsonschema
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
+from conformance.spec.datafile import SpecError, admits, entry_name, load_tables, version_range
 
 AREAS: tuple[str, ...] = ("qualification", "split", "hints", "p2p", "coalescing", "collectives")
 SPEC_DIR = Path(__file__).parent
-
-
-class SpecError(ValueError):
-    """A malformed spec file: names the file, the requirement id and the field at fault."""
-
-    def __init__(self, file: str, requirement: str, field: str, problem: str) -> None:
-        self.file, self.requirement, self.field = file, requirement, field
-        super().__init__(f"{file}: requirement {requirement!r}, field {field!r}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -44,13 +32,13 @@ class Requirement:
 
     def applies_to_torch(self, version: str) -> bool:
         """True when the requirement's torch range admits ``version`` (local tags ignored)."""
-        return Version(Version(version).base_version) in SpecifierSet(self.torch)
+        return admits(self.torch, version)
 
     def finding_holds(self, version: str) -> bool:
         """True when the spec's finding holds on torch ``version`` (its ``finding_torch`` range, else always)."""
         if not self.finding:
             return False
-        return not self.finding_torch or Version(Version(version).base_version) in SpecifierSet(self.finding_torch)
+        return admits(self.finding_torch, version)
 
     def finding_text(self, version: str) -> str:
         """The finding as a report states it on torch ``version``: held, or fixed upstream since."""
@@ -66,26 +54,10 @@ class Requirement:
         return world_size in self.world_sizes if self.world_sizes else world_size >= 2
 
 
-@cache
-def _schema() -> dict:
-    return json.loads((SPEC_DIR / "schema.json").read_text())
-
-
-def _validate_entry(file: str, index: int, entry: object) -> Requirement:
-    rid = entry.get("id", f"#{index}") if isinstance(entry, dict) else f"#{index}"
-    validator = jsonschema.Draft202012Validator(_schema())
-    errors = sorted(validator.iter_errors(entry), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        field = ".".join(str(p) for p in err.path) or (
-            err.message.split("'")[1] if err.validator in ("required", "additionalProperties") else "<entry>"
-        )
-        raise SpecError(file, str(rid), field, err.message)
+def _requirement(file: str, index: int, entry: dict) -> Requirement:
+    rid = entry_name(entry, "id", index)
     for key in ("torch", "finding_torch"):
-        try:
-            SpecifierSet(entry.get(key, ""))
-        except InvalidSpecifier as exc:
-            raise SpecError(file, rid, key, f"not a version range: {exc}") from None
+        version_range(entry.get(key, ""), file, rid, key)
     if "finding_torch" in entry and not entry.get("finding"):
         raise SpecError(file, rid, "finding_torch", "a finding_torch range needs a finding")
     return Requirement(
@@ -106,17 +78,10 @@ def _validate_entry(file: str, index: int, entry: object) -> Requirement:
 
 def load_file(path: Path) -> list[Requirement]:
     """Parse one area file; raises SpecError naming file, id and field."""
-    name = path.name
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(name, "<file>", "<toml>", str(exc)) from None
     if path.stem not in AREAS:
-        raise SpecError(name, "<file>", "<name>", f"unknown area {path.stem!r}; expected one of {AREAS}")
-    entries = data.get("requirement")
-    if not isinstance(entries, list) or not entries:
-        raise SpecError(name, "<file>", "requirement", "expected one or more [[requirement]] tables")
-    return [_validate_entry(name, i, e) for i, e in enumerate(entries)]
+        raise SpecError(path.name, "<file>", "<name>", f"unknown area {path.stem!r}; expected one of {AREAS}")
+    entries = load_tables(path, "requirement", "schema.json", key="id", required=True)
+    return [_requirement(path.name, i, e) for i, e in enumerate(entries)]
 
 
 def load_catalog(spec_dir: Path | None = None) -> list[Requirement]:

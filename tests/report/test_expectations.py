@@ -3,7 +3,6 @@ from pathlib import Path
 import pytest
 
 from conformance.report import (
-    ExpectationError,
     Result,
     StaleWaiverError,
     apply_expectations,
@@ -12,6 +11,7 @@ from conformance.report import (
     out_of_range,
 )
 from conformance.report.expectations import EXPECTATIONS_DIR, Expectation
+from conformance.spec import SpecError
 
 ENTRY = """
 [[expect]]
@@ -82,7 +82,7 @@ def test_loads_entry_with_filters(tmp_path):
     ],
 )
 def test_load_errors_name_file_requirement_field(tmp_path, edit, requirement, field):
-    with pytest.raises(ExpectationError) as info:
+    with pytest.raises(SpecError) as info:
         load_expectations("vendor", write(tmp_path, edit(ENTRY)))
     err = info.value
     assert (err.file, err.requirement, err.field) == ("vendor.toml", requirement, field)

@@ -6,6 +6,7 @@ import jsonschema
 import pytest
 
 from conformance.report import (
+    RankOutcome,
     Result,
     Verdict,
     build_report,
@@ -16,7 +17,7 @@ from conformance.report import (
     verify_digest,
     write_report,
 )
-from conformance.report.build import schema
+from conformance.report.build import schema, validate_report
 
 ENV = {
     "python": "3.11.7", "torch": "2.13.0", "torchcomms": None, "nccl": None,
@@ -35,8 +36,8 @@ def sample_results():
         res("QUAL-1", "pass", ws=4),
         res("SPLIT-1", "fail", area="split", ws=2,
             detail="rank 1: split_group child bound to cuda:0, expected cuda:1",
-            ranks=[{"rank": 1, "outcome": "error", "status": "timeout",
-                    "traceback": "File \"split.py\", line 3, in wait_for_peer"}]),
+            ranks=[RankOutcome(1, "error", status="timeout",
+                               traceback="File \"split.py\", line 3, in wait_for_peer")]),
         res("HINT-1", "not-observable", area="hints", level="SHOULD", notes=["probe lacks observe:config"]),
         res("P2P-1", "error", area="p2p", level="SHOULD", detail="rank 0 timed out in recv"),
     ]
@@ -94,9 +95,13 @@ def test_must_skips_are_counted():
     }
 
 
-def test_schema_rejects_bad_outcome():
+def test_bad_outcome_is_refused_by_the_record_and_by_the_schema():
+    with pytest.raises(ValueError, match="'passed' is not a valid Outcome"):
+        res(outcome="passed")
+    report = build_report("sim", [res()], ENV)
+    report["results"][0]["outcome"] = "passed"
     with pytest.raises(jsonschema.ValidationError):
-        build_report("sim", [res(outcome="passed")], ENV)
+        validate_report(report)
 
 
 def test_waivers_used_derived_from_results():

@@ -28,12 +28,12 @@ def test_hung_rank_is_named_above_the_pool_grace(pools) -> None:
     """At a timeout above the pool's 5 s grace the healthy rank's RankTimeout, naming rank 0, is kept."""
     result = run_case(pools, REQ["COLL-ALLREDUCE-OPS"], "sim", 2, timeout_s=8.0,
                       env={"SIM_FAULT": "0:allreduce:hang"})
-    by_rank = {r["rank"]: r for r in result.ranks}
+    by_rank = {r.rank: r for r in result.ranks}
     assert result.outcome == "error"
-    assert by_rank[0].get("status") == "timeout", by_rank[0]
-    assert "maybe_inject" in by_rank[0]["traceback"]
-    assert by_rank[1].get("status") is None, by_rank[1]  # rank 1 answered with its own outcome
-    assert "RankTimeout" in by_rank[1]["detail"] and "waiting for rank(s) 0" in by_rank[1]["detail"]
+    assert by_rank[0].status == "timeout", by_rank[0]
+    assert "maybe_inject" in by_rank[0].traceback
+    assert by_rank[1].status is None, by_rank[1]  # rank 1 answered with its own outcome
+    assert "RankTimeout" in by_rank[1].detail and "waiting for rank(s) 0" in by_rank[1].detail
     assert "rank 0 timed out" in result.detail
 
 
@@ -43,8 +43,8 @@ def test_peers_of_a_raising_rank_do_not_wait_out_the_timeout(pools) -> None:
                       env={"SIM_FAULT": "0:allreduce:raise"})
     assert time.monotonic() - started < 10, "rank 1 waited for the rank that had already raised"
     assert result.outcome == "error" and "injected fault: rank 0 raised at allreduce" in result.detail
-    rank1 = next(r for r in result.ranks if r["rank"] == 1)
-    assert rank1.get("status") == "aborted" and "[0] failed" in rank1["detail"]
+    rank1 = next(r for r in result.ranks if r.rank == 1)
+    assert rank1.status == "aborted" and "[0] failed" in rank1.detail
 
 
 def test_peers_of_a_crashed_rank_released_within_a_second(tmp_path: Path) -> None:
