@@ -116,3 +116,6 @@ class Lanes:
                 with contextlib.suppress(OSError):
                     os.kill(proc.pid, signal.SIGTERM)
                 proc.join(5.0)
+        for q in (self._jobs, self._results):  # cases nobody will take must not hold this process at exit
+            q.cancel_join_thread()
+            q.close()
