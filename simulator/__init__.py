@@ -35,13 +35,14 @@ def register(name: str = BACKEND_NAME, *, path: str = "nccl", defects: Iterable[
 
     ``path`` ("nccl" or "torchcomms") is the integration the worlds it creates model; ``defects`` are the
     planted defects they have, with those named by SIM_DEFECTS in the environment now. Both are fixed here:
-    register again to change them. Returns the settings registered.
+    register again to change them. SIM_FAULT is read now too (``faults.arm``). Returns the settings registered.
     """
     settings = SimSettings(path=path, defects=Defects.of(defects))
     devices = None if settings.defects.on("register_devices_none") else ["cpu"]
     dist.Backend.register_backend(name, creator(settings), extended_api=True, devices=devices)
     if settings.defects.on("register_corrupts_maps"):
         dist.Backend.default_device_backend_map["cuda"] = name
+    faults.arm()
     install()
     return settings
 

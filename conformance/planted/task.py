@@ -11,6 +11,7 @@ from typing import Any
 
 from conformance.planted.mutants import by_name
 from conformance.runner import execute
+from simulator import faults
 from simulator.defects import Defects
 from simulator.patches import Patches
 
@@ -29,14 +30,17 @@ def _recording(on: Callable[[Defects, str], bool], seen: set[str]) -> Callable[[
 
 
 def run_check(rank: int, world_size: int, store: Any, *, requirement_id: str, mutant: str = "",
-              consulted_dir: str = "", **check: Any) -> dict[str, Any]:
-    """``execute.run_check`` with the named mutant planted around the check body.
+              consulted_dir: str = "", fault: str = "", **check: Any) -> dict[str, Any]:
+    """``execute.run_check`` with the named mutant planted around the check body, and with ``fault``
+    (``"<rank>:<op>:<kind>"``, as SIM_FAULT takes it) planted in the simulator of this rank.
 
     With ``consulted_dir``, also writes ``<requirement>.rank<rank>.json`` there: the simulator defect switches
     this rank consulted while running the check. A switch never consulted cannot change what the check does,
     so the matrix runs that defect only where the clean run consulted it.
     """
     planted = by_name()[mutant] if mutant else None
+    if parsed := faults.parse(fault):
+        faults.plant(*parsed)
     seen: set[str] = set()
     with Patches() as patches:
         if consulted_dir:
