@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from simulator import faults
 from simulator.comm import Communicator, rendezvous, root_store, world_namespace
-from simulator.config import SimOptions, options_to_hints, parse_hints
+from simulator.config import ConfigError, SimOptions, options_to_hints, parse_hints
 from simulator.defects import NONE, Defects
 from simulator.errors import P2PMismatch
 from simulator.events import LOG
@@ -154,7 +154,7 @@ class SimProcessGroup(dist.ProcessGroup):
         """Refuse invalid options (the invalid_options_accepted defect lets them through)."""
         try:
             options.validate()
-        except ValueError:
+        except ConfigError:
             if not self._defects.on("invalid_options_accepted"):
                 raise
 
