@@ -5,9 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.defect_matrix import build_matrix, plan, run_matrix
+from conformance.defect_matrix import _consulted, build_matrix, plan, run_matrix
 from conformance.planted.lanes import Case
 from conformance.planted.mutants import Mutant, mutants
+from conformance.planted.task import TASK
+from conformance.runner.orchestrate import run_case
+from conformance.runner.pool import PoolSet
 from conformance.session import load_bound_catalog
 
 
@@ -40,6 +43,24 @@ def test_plan_runs_a_switch_only_where_the_clean_run_consulted_it() -> None:
 def test_every_planted_defect_is_listed_once() -> None:
     names = [m.name for m in mutants()]
     assert len(names) == len(set(names)) == 47
+
+
+def test_the_planted_task_records_consulted_switches_and_plants_a_mutant(tmp_path: Path) -> None:
+    reqs = {r.id: r for r in load_bound_catalog()}
+    pools = PoolSet()
+    try:
+        clean = run_case(pools, reqs["COLL-BARRIER-BLOCKS"], "sim", 2, timeout_s=15.0, task=TASK,
+                         task_kwargs={"consulted_dir": str(tmp_path)})
+        batch = reqs["P2P-BAD-INPUT"]
+        planted = run_case(pools, batch, "sim", 2, timeout_s=15.0, task=TASK,
+                           task_kwargs={"mutant": "frontend_empty_batch_accepted"})
+        after = run_case(pools, batch, "sim", 2, timeout_s=15.0)  # the mutant was undone with its check
+    finally:
+        pools.close()
+    assert clean.outcome == "pass", clean.detail
+    consulted = _consulted(tmp_path)["COLL-BARRIER-BLOCKS"]
+    assert "barrier_no_wait" in consulted and "p2p_mismatch_silent" not in consulted, consulted
+    assert planted.outcome == "fail" and after.outcome == "pass", (planted.detail, after.detail)
 
 
 @pytest.mark.slow
