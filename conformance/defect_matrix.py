@@ -1,67 +1,41 @@
 """The defect matrix: the suite's own power, measured on the simulator.
 
-Runs the suite once clean and once per planted defect (every simulator switch, plus a
-framework-side mutant for derived groups), and checks three targets: every defect is caught by
-at least one MUST requirement, every requirement the simulator can observe is caught by at least
-one defect, and the clean simulator passes every MUST. Requirements that can only be judged on
+Runs the suite once clean and once per planted defect (every simulator switch, the front-end mutants
+and a defective group builder, all in ``conformance.planted``), and checks three targets: every defect
+is caught by at least one MUST requirement, every requirement the simulator can observe is caught by at
+least one defect, and the clean simulator passes every MUST. Requirements that can only be judged on
 torch's front end, or that the simulator cannot observe, are listed with the reason.
+
+A simulator switch runs only against the checks whose clean run consulted it: a switch a check never
+consults cannot change what the check does, so there its outcome is the clean one (listed under
+``inferred``; ``everything=True`` runs every pair instead). Cases run in parallel lanes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass, field
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-import simulator
-from conformance import frontend_mutants
+from conformance import interrupts
 from conformance.cli import ExitCode
 from conformance.outcomes import Outcome
+from conformance.planted.lanes import Case, CaseOutcome, Lanes
+from conformance.planted.mutants import Mutant, mutants
 from conformance.report.write import atomic_write_text
-from conformance.runner.pool import PoolSet
-from conformance.session import SuiteRun, load_bound_catalog, run_suite
-from conformance.torch_compat import TORCH, defect_inapplicable
+from conformance.session import load_bound_catalog
+from conformance.spec import Requirement
+from conformance.torch_compat import TORCH
 
+LANES = 4  # cases run at once: most of a planted defect's time is a peer waiting out its timeout
 
-@dataclass(frozen=True)
-class Mutant:
-    """One planted defect: a simulator switch or an environment override."""
-
-    name: str
-    description: str
-    defects: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-
-def inapplicable(mutant: Mutant) -> str | None:
-    """Why ``mutant`` plants no defect on the running torch, or None."""
-    return next(filter(None, (defect_inapplicable(d) for d in (mutant.name, *mutant.defects))), None)
-
-
-def mutants() -> list[Mutant]:
-    """Every simulator defect switch, the front-end mutants, and the derived-groups builder mutant."""
-    found = [Mutant(name, text, defects=(name,)) for name, text in simulator.defects.DEFECTS.items()]
-    found += [Mutant(name, text, env={frontend_mutants.ENV: name})
-              for name, (text, _) in frontend_mutants.MUTANTS.items()]
-    found.append(Mutant(
-        "derived_groups_fixed_order",
-        "derived groups rebuilt with a hard-coded tp-cp-ep-dp-pp order and no offset (Megatron PR 3249)",
-        env={"CONFORMANCE_GROUP_BUILDER": "conformance.checks.derived_groups:hardcoded_order_builder"},
-    ))
-    return found
-
-
-def _outcomes(run: SuiteRun) -> dict[str, Outcome]:
-    """Requirement id -> worst outcome over the world sizes it ran at."""
-    worst: dict[str, Outcome] = {}
-    for r in run.results:
-        if r.requirement not in worst or r.outcome.severity > worst[r.requirement].severity:
-            worst[r.requirement] = r.outcome
-    return worst
+__all__ = ["Mutant", "build_matrix", "mutants", "render", "run_matrix"]
 
 
 def _caught(outs: dict[str, str], clean: dict[str, str]) -> list[str]:
@@ -128,7 +102,29 @@ def _interrupted(say: Any, report_dir: Path) -> ExitCode:
     return ExitCode.INCOMPLETE  # as for an interrupted `run`
 
 
-def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None) -> ExitCode:
+def _smallest_size(req: Requirement, sizes: list[int]) -> int:
+    """The world size a matrix case of ``req`` runs at: the smallest of ``sizes`` it applies to."""
+    return next((n for n in sizes if req.applies_to_world_size(n)), sizes[0])
+
+
+def _consulted(folder: Path) -> dict[str, set[str]]:
+    """Requirement id -> the simulator switches any rank consulted in its clean run."""
+    found: dict[str, set[str]] = {}
+    for path in folder.glob("*.rank*.json"):
+        found.setdefault(path.name.split(".rank")[0], set()).update(json.loads(path.read_text()))
+    return found
+
+
+def plan(catalog: list[Requirement], sizes: list[int], planted: list[Mutant], consulted: dict[str, set[str]],
+         everything: bool = False) -> list[Case]:
+    """The cases to run: each front-end or builder mutant against every requirement, each simulator switch
+    against the requirements whose clean run consulted it (every requirement with ``everything``)."""
+    return [Case(r.id, _smallest_size(r, sizes), m.name) for m in planted for r in catalog
+            if everything or not m.in_simulator or set(m.defects) & consulted.get(r.id, set())]
+
+
+def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None,
+               lanes: int = LANES, everything: bool = False) -> ExitCode:
     """Run clean + every mutant, write reports/defects.{json,md}; exit 1 unless all three targets hold.
 
     An interrupted matrix writes nothing (a partial one would report the unrun checks as misses): exit 3.
@@ -136,31 +132,36 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     catalog = load_bound_catalog()
     levels = {r.id: r.level for r in catalog}
     fixed = frozenset(r.id for r in catalog if r.finding and not r.finding_holds(str(TORCH)))
-    pools = PoolSet()
+    sizes = sorted(set(world_sizes))
     say = progress.print if progress else (lambda *a, **k: None)
-    try:
-        say("clean run ...")
-        run = run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True)
-        if run.interrupted:
+    not_applicable = {m.name: why for m in mutants() if (why := m.inapplicable())}
+    planted = [m for m in mutants() if m.name not in not_applicable]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cfm-matrix-") as folder:
+        pool = Lanes(max(1, lanes), timeout_s, folder)
+        try:
+            with interrupts.raising():
+                say("clean run ...")
+                clean_runs = pool.run([Case(r.id, _smallest_size(r, sizes)) for r in catalog])
+                by_req = {o.case.requirement: o.outcome for o in clean_runs}
+                clean = {r.id: by_req[r.id] for r in catalog}
+                cases = plan(catalog, sizes, planted, _consulted(Path(folder)), everything)
+                runs = pool.run(cases, _progress(say, cases, clean))
+        except KeyboardInterrupt:
+            pool.close(at_once=True)
             return _interrupted(say, report_dir)
-        clean = _outcomes(run)
-        mutated: dict[str, dict[str, str]] = {}
-        not_applicable = {m.name: why for m in mutants() if (why := inapplicable(m))}
-        all_mutants = [m for m in mutants() if m.name not in not_applicable]
-        for i, m in enumerate(all_mutants, 1):
-            run = run_suite("sim", world_sizes, pools=pools, timeout_s=timeout_s, smallest_size_only=True,
-                            target_options={"defects": list(m.defects)}, env=m.env or None)
-            if run.interrupted:  # an interrupted run would count its unrun checks as misses
-                return _interrupted(say, report_dir)
-            outs = _outcomes(run)
-            mutated[m.name] = outs
-            hit = _caught(outs, clean)
-            say(f"[{i:>2}/{len(all_mutants)}] {m.name:<28} caught by {', '.join(hit) or 'NOTHING'}")
-    finally:
-        pools.close()
+        finally:
+            pool.close()
+    mutated = {m.name: dict(clean) for m in planted}
+    ran: dict[str, set[str]] = {m.name: set() for m in planted}
+    for o in runs:
+        mutated[o.case.mutant][o.case.requirement] = o.outcome
+        ran[o.case.mutant].add(o.case.requirement)
     matrix = build_matrix(clean, mutated, levels, fixed)
     matrix["descriptions"] = {m.name: m.description for m in mutants()}
     matrix["not_applicable"] = not_applicable
+    matrix["inferred"] = {m: sorted(set(clean) - rids) for m, rids in ran.items() if set(clean) - rids}
+    matrix["seconds"] = {m.name: round(sum(o.duration_s for o in runs if o.case.mutant == m.name), 2) for m in planted}
     matrix["torch"] = str(TORCH)
     matrix["generated"] = dt.datetime.now(dt.UTC).isoformat()
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -168,5 +169,26 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     atomic_write_text(report_dir / "defects.md", render(matrix))
     ok = not (matrix["uncaught_mutants"] or matrix["requirements_without_teeth"] or matrix["clean_must_failures"])
     say(f"kill rate {matrix['kill_rate']:.0%}, teeth {matrix['teeth_rate']:.0%}, "
-        f"clean MUST failures {len(matrix['clean_must_failures'])} -> {'OK' if ok else 'FAILED'}")
+        f"clean MUST failures {len(matrix['clean_must_failures'])} -> {'OK' if ok else 'FAILED'} "
+        f"({len(clean_runs)} clean and {len(runs)} planted cases in {time.perf_counter() - started:.1f} s)")
     return ExitCode.OK if ok else ExitCode.NON_CONFORMANT
+
+
+def _progress(say: Callable[..., None], cases: list[Case], clean: dict[str, str]) -> Callable[[CaseOutcome], None]:
+    """A line per mutant once its last case is in, naming what caught it."""
+    left: dict[str, int] = {}
+    for case in cases:
+        left[case.mutant] = left.get(case.mutant, 0) + 1
+    hits: dict[str, list[str]] = {m: [] for m in left}
+    done = [0]
+
+    def report(o: CaseOutcome) -> None:
+        left[o.case.mutant] -= 1
+        if Outcome(o.outcome).failing and clean[o.case.requirement] == Outcome.PASS:
+            hits[o.case.mutant].append(o.case.requirement)
+        if not left[o.case.mutant]:
+            done[0] += 1
+            caught = ", ".join(hits[o.case.mutant]) or "NOTHING"
+            say(f"[{done[0]:>2}/{len(left)}] {o.case.mutant:<32} caught by {caught}")
+
+    return report

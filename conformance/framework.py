@@ -133,8 +133,7 @@ def rank_main(rank: int, n: int, port: int, builder: str, kwargs: dict[str, Any]
     import simulator
 
     torch.set_num_threads(1)
-    simulator.register()
-    simulator.Settings.path = "torchcomms"
+    simulator.register(path="torchcomms")
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
     dist.init_process_group("cpu:sim", store=store, rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=timeout_s))

@@ -115,7 +115,6 @@ def run_suite(
     *,
     selection: Selection | None = None,
     target_options: dict[str, Any] | None = None,
-    env: dict[str, str] | None = None,
     timeout_s: float = 30.0,
     pools: PoolSet | None = None,
     progress: Progress | None = None,
@@ -150,8 +149,7 @@ def run_suite(
             for req in chosen:
                 applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
                 for n in applicable[:1] if smallest_size_only else sizes:
-                    result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s,
-                                      env=env)
+                    result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s)
                     if interrupts.requested():  # a signal during the case: its result is not to be trusted
                         raise KeyboardInterrupt(interrupts.requested())
                     run.results.append(result)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from simulator import defects, faults
+from simulator import faults
 from simulator.comm import Communicator, rendezvous, root_store, world_namespace
-from simulator.config import SimOptions, options_to_hints, parse_hints
+from simulator.config import ConfigError, SimOptions, options_to_hints, parse_hints
+from simulator.defects import NONE, Defects
 from simulator.errors import P2PMismatch
 from simulator.events import LOG
 from simulator.fabric import Fabric
@@ -27,10 +30,20 @@ LAZY_P2P_WARNING = (
 )
 
 
-class Settings:
-    """Process-wide switches the sim target sets before init (path: "nccl" or "torchcomms")."""
+PATHS = ("nccl", "torchcomms")
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """What a simulator backend models, fixed when it is registered: the integration ``path`` ("nccl" or
+    "torchcomms") and its planted ``defects``. A world keeps its creator's; its subgroups keep the world's."""
 
     path: str = "nccl"
+    defects: Defects = NONE
+
+    def __post_init__(self) -> None:
+        if self.path not in PATHS:
+            raise ValueError(f"simulator: path must be one of {', '.join(PATHS)}, got {self.path!r}")
 
 
 def reduce_op_name(op: Any) -> str:
@@ -52,8 +65,11 @@ class SimProcessGroup(dist.ProcessGroup):
     def __init__(self, store: dist.Store, rank: int, size: int, global_ranks: list[int],
                  options: SimOptions | None, timeout_s: float, *, comm_store: dist.Store,
                  prefix: str, root: dist.Store | None = None, namespace: str = "",
-                 comm: Communicator | None = None, is_world: bool = False) -> None:
+                 comm: Communicator | None = None, is_world: bool = False,
+                 settings: SimSettings = SimSettings()) -> None:
         super().__init__(rank, size)
+        self._settings = settings
+        self._defects = settings.defects
         self._store = store
         self._comm_store = comm_store
         self._global_ranks = global_ranks
@@ -61,10 +77,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._prefix = prefix
         self._root, self._namespace = root, namespace
         self._options = options if options is not None else SimOptions()
-        if not defects.active("invalid_options_accepted"):
-            self._options.validate()
-        self._config = effective_config(self._options, comm_name="pending",
-                                        warn=not defects.active("unknown_hint_silent"))
+        self._validate(self._options)
+        self._config = self._effective_config(self._options, comm_name="pending")
         self._comm = comm
         self._is_world = is_world
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
@@ -127,9 +141,29 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def effective_config(self) -> dict[str, Any]:
         """The config the group's communicator has (or will get at its lazy creation)."""
-        if defects.active("newgroup_options_aliased") and not self._is_world:
-            return effective_config(self._options, comm_name=self._name, warn=False)
+        if not self._is_world and self._defects.on("newgroup_options_aliased"):
+            return self._effective_config(self._options, comm_name=self._name, warn=False)
         return self._comm.config if self._comm is not None else self._config
+
+    @property
+    def settings(self) -> SimSettings:
+        """The path and planted defects this group's backend was created with."""
+        return self._settings
+
+    def _validate(self, options: SimOptions) -> None:
+        """Refuse invalid options (the invalid_options_accepted defect lets them through)."""
+        try:
+            options.validate()
+        except ConfigError:
+            if not self._defects.on("invalid_options_accepted"):
+                raise
+
+    def _warn_hint(self, message: str) -> None:
+        if not self._defects.on("unknown_hint_silent"):
+            LOG.warn(message, RuntimeWarning)
+
+    def _effective_config(self, options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
+        return effective_config(options, comm_name, self._settings, self._warn_hint if warn else None)
 
     @property
     def communicator(self) -> Communicator | None:
@@ -143,7 +177,7 @@ class SimProcessGroup(dist.ProcessGroup):
             self._comm = self._bootstrap("eager", device=str(device))
 
     def _comm_base(self) -> str:
-        if defects.active("comm_id_by_members"):
+        if self._defects.on("comm_id_by_members"):
             return "m" + "_".join(map(str, self._global_ranks))
         return f"c{self._name[:10]}"
 
@@ -152,8 +186,8 @@ class SimProcessGroup(dist.ProcessGroup):
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
         config = None
-        if mode == "lazy" and not self._is_world and defects.active("lazy_comm_default_config"):
-            config = effective_config(SimOptions(), comm_name=comm_id)
+        if mode == "lazy" and not self._is_world and self._defects.on("lazy_comm_default_config"):
+            config = self._effective_config(SimOptions(), comm_name=comm_id)
         return self._new_comm(comm_id, list(self._global_ranks), mode, device=device, config=config)
 
     def _new_comm(self, comm_id: str, members: list[int], mode: str, *, parent: str | None = None,
@@ -161,7 +195,7 @@ class SimProcessGroup(dist.ProcessGroup):
                   recorded: bool = True) -> Communicator:
         return Communicator(
             id=comm_id, members=members, rank=self.my_global_rank, mode=mode,
-            config=self._config if config is None else config, store=self._comm_store,
+            config=self._config if config is None else config, store=self._comm_store, defects=self._defects,
             timeout_s=self._timeout_s, prefix=self._prefix, parent=parent, device=device,
             root=self._root, namespace=self._namespace, recorded=recorded,
         )
@@ -197,18 +231,18 @@ class SimProcessGroup(dist.ProcessGroup):
         if members is None:
             return None
         child_id = f"{parent.id}.s{n}r{members[0]}"
-        if defects.active("comm_id_by_members"):
+        if self._defects.on("comm_id_by_members"):
             child_id = "m" + "_".join(map(str, members))
-        if defects.active("split_fresh_bootstrap"):
+        if self._defects.on("split_fresh_bootstrap"):
             rendezvous(self._comm_store, f"boot/{child_id}", me, members, self._timeout_s,
                        f"creating communicator {child_id}")
             return self._new_comm(child_id, members, "eager", device=parent.device, config=config)
-        device = None if defects.active("split_child_unbound") else parent.device
+        device = None if self._defects.on("split_child_unbound") else parent.device
         return self._new_comm(child_id, members, "split", parent=parent.id, device=device, config=config)
 
     def perform_nocolor_split(self, device: Any) -> None:
         """Take part in a split (new_group under eager init) as a non-member."""
-        if defects.active("split_nonmember_raises"):
+        if self._defects.on("split_nonmember_raises"):
             raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         self.split_comm(None, {})
 
@@ -216,21 +250,21 @@ class SimProcessGroup(dist.ProcessGroup):
                     group_desc: str = "", device_types: Any = None) -> SimProcessGroup | None:
         """torch.distributed.split_group's backend half: every parent rank calls it."""
         bad = [r for r in ranks if not 0 <= r < self.size()]
-        if bad and defects.active("split_refusal_anonymous"):
+        if bad and self._defects.on("split_refusal_anonymous"):
             raise ValueError("simulator: invalid split")
-        if bad and not defects.active("split_out_of_range_hang"):
+        if bad and not self._defects.on("split_out_of_range_hang"):
             raise ValueError(
                 f"rank {self.my_global_rank}: split_group: ranks {bad} are outside the parent group "
                 f"of size {self.size()} (valid group ranks are 0..{self.size() - 1})"
             )
         member = self.rank() in ranks
-        if not member and defects.active("split_nonmember_raises"):
+        if not member and self._defects.on("split_nonmember_raises"):
             raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         options = self._child_options(opts)
         config = self._child_config(options, opts)
         # in the caller's order: torch >= 2.14 keeps it (v2.15.0 distributed_c10d.py:6815), 2.13 sorts first
         members = [self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks]
-        if defects.active("split_ranks_as_global"):
+        if self._defects.on("split_ranks_as_global"):
             members = list(ranks)
         comm = self.split_comm(members if member else None, config)
         if comm is None:
@@ -239,25 +273,25 @@ class SimProcessGroup(dist.ProcessGroup):
             dist.PrefixStore(f"{group_name}/", self._comm_store), ranks.index(self.rank()), len(ranks),
             members, options, _timeout_s(timeout) if timeout else self._timeout_s,
             comm_store=self._comm_store, prefix=self._prefix, root=self._root, namespace=self._namespace, comm=comm,
+            settings=self._settings,
         )
         child.setGroupName(group_name)
         return child
 
     def _child_options(self, opts: Any) -> SimOptions:
-        if defects.active("options_aliased") and (opts is None or opts == self._options):
+        if self._defects.on("options_aliased") and (opts is None or opts == self._options):
             return self._options
-        if defects.active("split_drops_options") or opts is None:
-            return SimOptions() if defects.active("split_drops_options") else copy.deepcopy(self._options)
+        if self._defects.on("split_drops_options") or opts is None:
+            return SimOptions() if self._defects.on("split_drops_options") else copy.deepcopy(self._options)
         if not isinstance(opts, SimOptions):
             raise TypeError(f"simulator: pg_options must be simulator.SimOptions, got {type(opts).__name__}")
         return opts
 
     def _child_config(self, options: SimOptions, opts: Any) -> dict[str, Any]:
-        if defects.active("options_aliased") and options is self._options:
+        if self._defects.on("options_aliased") and options is self._options:
             return self.effective_config()
-        if not defects.active("invalid_options_accepted"):
-            options.validate()
-        return effective_config(options, comm_name="split", warn=not defects.active("unknown_hint_silent"))
+        self._validate(options)
+        return self._effective_config(options, comm_name="split")
 
     def shutdown(self) -> None:
         """Destroy every communicator of this group."""
@@ -275,22 +309,23 @@ class SimProcessGroup(dist.ProcessGroup):
     def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False,
                 outputs: list[Any] | None = None, p2p: bool = False) -> SimWork:
         faults.maybe_inject(self.my_global_rank, op)
-        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs, p2p=p2p)
+        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs, p2p=p2p,
+                       defects=self._defects)
 
     def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool,
                    outputs: list[torch.Tensor] | None = None) -> SimWork | None:
         """One launch, one exchange for a whole coalesced block (``run(fabric, which_ops)``)."""
-        if defects.active("coalesced_drops_tail"):
+        if self._defects.on("coalesced_drops_tail"):
             count = min(count, 1)
-        if defects.active("coalesced_block_cap"):
+        if self._defects.on("coalesced_block_cap"):
             count = min(count, 8)
-        if defects.active("coalesced_per_op_launch"):
+        if self._defects.on("coalesced_per_op_launch"):
             works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1)), outputs=outputs) for i in range(count)]
             work = works[-1] if works else None
         else:
             work = self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True,
                                 outputs=outputs)
-        if async_op and defects.active("coalesced_async_no_works"):
+        if async_op and self._defects.on("coalesced_async_no_works"):
             return None
         return work
 
@@ -344,7 +379,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Broadcast from opts.rootRank (group rank)."""
-        root = 0 if defects.active("broadcast_root_zero") else opts.rootRank
+        root = 0 if self._defects.on("broadcast_root_zero") else opts.rootRank
         return self._launch("broadcast", lambda f: f.broadcast(tensors, root), outputs=tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
@@ -354,7 +389,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> SimWork:
         """Barrier over the group communicator."""
-        if defects.active("barrier_no_wait"):
+        if self._defects.on("barrier_no_wait"):
             return self._launch("barrier", lambda f: None)
         return self._launch("barrier", lambda f: f.barrier())
 
@@ -401,12 +436,12 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # --- point to point -----------------------------------------------------------------------
     def _warn_lazy_p2p(self) -> None:
-        if defects.active("p2p_warn_missing"):
+        if self._defects.on("p2p_warn_missing"):
             return
-        if defects.active("p2p_warn_once_per_process") and any(
+        if self._defects.on("p2p_warn_once_per_process") and any(
                 e["message"] == LAZY_P2P_WARNING for e in LOG.events("warning")):
             return
-        if not self._warned or defects.active("p2p_warn_repeated"):
+        if not self._warned or self._defects.on("p2p_warn_repeated"):
             self._warned = True
             LOG.warn(LAZY_P2P_WARNING)
 
@@ -414,13 +449,13 @@ class SimProcessGroup(dist.ProcessGroup):
         me, peer = self.my_global_rank, self._global_ranks[peer_group_rank]
         pair = (min(me, peer), max(me, peer))
         stream = f"p2p:{pair[0]}-{pair[1]}"
-        hidden = self._comm is not None and defects.active("p2p_pair_comm_unlogged")
-        if self._comm is not None and not defects.active("p2p_pair_comm_eager") and not hidden:
+        hidden = self._comm is not None and self._defects.on("p2p_pair_comm_unlogged")
+        if self._comm is not None and not self._defects.on("p2p_pair_comm_eager") and not hidden:
             return self._comm, self._comm.local(peer), stream
         if self._comm is None:
             self._warn_lazy_p2p()
         base = f"{self._comm_base()}.p{pair[0]}x{pair[1]}"
-        if defects.active("p2p_comm_per_op"):
+        if self._defects.on("p2p_comm_per_op"):
             self._pair_ops[pair] = self._pair_ops.get(pair, 0) + 1
             comm = self._new_comm(f"{base}.{self._pair_ops[pair]}", list(pair), "p2p")
             self._pair_comms[(pair[0], -self._pair_ops[pair])] = comm
@@ -432,7 +467,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any],
              tensors: list[torch.Tensor] | None = None) -> SimWork | None:
-        if (peer == self.rank() or not 0 <= peer < self.size()) and not defects.active("p2p_peer_unchecked"):
+        if (peer == self.rank() or not 0 <= peer < self.size()) and not self._defects.on("p2p_peer_unchecked"):
             what = "destination" if op == "send" else "source"
             raise ValueError(f"rank {self.my_global_rank}: {op}: invalid {what} group rank {peer} "
                              f"(group of size {self.size()}, own rank {self.rank()})")
@@ -444,7 +479,7 @@ class SimProcessGroup(dist.ProcessGroup):
             self._coalescing.append((comm, op, lambda f, lp=local_peer: fn(f, lp)))
             return None
         fut = comm.launch(op, lambda f: fn(f, local_peer), stream=stream)
-        return SimWork(fut, source_rank=peer, p2p=True, outputs=tensors)
+        return SimWork(fut, source_rank=peer, p2p=True, outputs=tensors, defects=self._defects)
 
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimWork | None:
         """Buffered send to group rank dstRank."""
@@ -459,7 +494,7 @@ class SimProcessGroup(dist.ProcessGroup):
             try:
                 f.recv(t, peer, tag)
             except P2PMismatch:
-                if not defects.active("p2p_mismatch_silent"):
+                if not self._defects.on("p2p_mismatch_silent"):
                     raise
             return srcRank
 
@@ -477,10 +512,10 @@ class SimProcessGroup(dist.ProcessGroup):
         t = tensors[0]
         def any_source(f: Fabric) -> int:
             src = self._global_ranks.index(comm.members[f.recv(t, None, tag)])
-            return 0 if defects.active("p2p_anysource_wrong_rank") else src
+            return 0 if self._defects.on("p2p_anysource_wrong_rank") else src
 
         fut = comm.launch("recv", any_source, stream="p2p:any")
-        return SimWork(fut, p2p=True, outputs=tensors)
+        return SimWork(fut, p2p=True, outputs=tensors, defects=self._defects)
 
     def _start_coalescing(self, device: Any) -> None:
         self._coalescing = []
@@ -492,8 +527,8 @@ class SimProcessGroup(dist.ProcessGroup):
         # torch >= 2.14 coalesces batch_isend_irecv for Python groups too (v2.14.1 distributed_c10d.py:3683),
         # so the batch's work is a P2P work and the per-op launch defect applies to it as well
         ordered = [o for o in ops if o[1] == "send"] + [o for o in ops if o[1] == "recv"]
-        if defects.active("coalesced_per_op_launch"):
-            works = [SimWork(comm.launch("p2p", fn), p2p=True) for comm, _, fn in ordered]
+        if self._defects.on("coalesced_per_op_launch"):
+            works = [SimWork(comm.launch("p2p", fn), p2p=True, defects=self._defects) for comm, _, fn in ordered]
             return works[-1]
         by_comm: dict[str, tuple[Communicator, list[Callable[[Fabric], Any]]]] = {}
         for comm, _, fn in ordered:
@@ -505,26 +540,33 @@ class SimProcessGroup(dist.ProcessGroup):
         futures = [comm.launch("p2p_coalesced", lambda f, fns=fns: [fn(f) for fn in fns], ops=len(fns), coalesced=True)
                    for comm, fns in by_comm.values()]
         every = torch.futures.collect_all(futures).then(lambda done: [f.value() for f in done.value()])
-        return SimWork(every, p2p=True)  # value() re-raises the first launch error
+        return SimWork(every, p2p=True, defects=self._defects)  # value() re-raises the first launch error
 
 
-def effective_config(options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
-    """The communicator config for ``options`` on the current path (NCCL or torchcomms)."""
-    sink = (lambda message: LOG.warn(message, RuntimeWarning)) if warn else None
-    if Settings.path == "torchcomms":
-        if defects.active("torchcomms_drops_options"):
+def effective_config(options: SimOptions, comm_name: str, settings: SimSettings,
+                     warn: Callable[[str], None] | None) -> dict[str, Any]:
+    """The communicator config for ``options`` on ``settings.path`` (NCCL or torchcomms); unknown hints are
+    reported through ``warn`` (None drops them silently)."""
+    if settings.path == "torchcomms":
+        if settings.defects.on("torchcomms_drops_options"):
             hints: dict[str, str] = {}
         else:
-            key = "net_name" if defects.active("hint_net_name_snake") else "netName"
+            key = "net_name" if settings.defects.on("hint_net_name_snake") else "netName"
             hints = options_to_hints(options, net_name_key=key)
-        return {"hints": parse_hints(hints, comm_name, sink)}
+        return {"hints": parse_hints(hints, comm_name, warn)}
     config = options.as_config()
-    config["hints"] = parse_hints(options.hints, comm_name, sink)
+    config["hints"] = parse_hints(options.hints, comm_name, warn)
     return config
 
 
-def create(common: Any, pg_options: Any) -> SimProcessGroup:
-    """The creator torch calls (extended API) for every group whose backend is 'sim'."""
+def creator(settings: SimSettings) -> Callable[[Any, Any], SimProcessGroup]:
+    """The creator to register for a backend with ``settings``."""
+    return functools.partial(create, settings)
+
+
+def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGroup:
+    """The creator torch calls (extended API) for every group whose backend is 'sim': a world takes
+    ``settings``, a subgroup its world's."""
     if pg_options is not None and not isinstance(pg_options, SimOptions):
         raise TypeError(f"simulator: pg_options must be simulator.SimOptions, got {type(pg_options).__name__}")
     store, rank, size = common.store, common.group_rank, common.group_size
@@ -536,24 +578,25 @@ def create(common: Any, pg_options: Any) -> SimProcessGroup:
     replaced = getattr(common, "process_group", None)
     bound = replaced.bound_device_id if replaced is not None else None
     if is_world:
-        if defects.active("init_drops_options"):
+        if pg_options is not None and settings.defects.on("init_drops_options"):
             pg_options = None
         prefix, namespace = world_namespace(store, rank)
         root = root_store(store)
         comm_store = dist.PrefixStore(namespace, root) if root is not None else store
         world = SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
                                 prefix=prefix, root=root, namespace=namespace if root is not None else "",
-                                is_world=True)
+                                is_world=True, settings=settings)
         world.bound_device_id = bound
         return world
     world = dist.distributed_c10d._get_default_group()
     if not isinstance(world, SimProcessGroup):
         raise RuntimeError("simulator: a 'sim' subgroup needs a 'sim' default group")
     options = pg_options
-    if defects.active("split_drops_options"):
+    if options is not None and world.settings.defects.on("split_drops_options"):
         options = None
     group = SimProcessGroup(store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store,
-                            prefix=world._prefix, root=world._root, namespace=world._namespace)
+                            prefix=world._prefix, root=world._root, namespace=world._namespace,
+                            settings=world.settings)
     group.bound_device_id = bound
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())

@@ -44,6 +44,7 @@ class ListCollectives:
     if TYPE_CHECKING:  # provided by Fabric
         n: int
         me: int
+        defects: Any
         _coll_lock: Any
 
         def _begin(self, name: str, desc: str, err: str | None, payload: list[Tensor],
@@ -129,7 +130,8 @@ class ListCollectives:
             err = _same(inputs, output, "input tensors") or unsupported(output.dtype, op)
         with self._coll_lock:
             o = self._begin("reduce_scatter", f"reduce_scatter({tdesc(output)}, {op})", err, inputs)
-            reduce_into(output, [self._view(o, j, self.me, output).view(output.shape) for j in range(self.n)], op)
+            reduce_into(output, [self._view(o, j, self.me, output).view(output.shape) for j in range(self.n)], op,
+                        self.defects)
 
     def all_gather_coalesced(self, outputs: list[list[Tensor]], inputs: list[Tensor]) -> None:
         """outputs[j][k] := rank j's inputs[k] (torch's allgather_coalesced layout), in one exchange."""

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from simulator.defects import NONE, Defects
 from simulator.errors import RankTimeout
 from simulator.events import LOG
 from simulator.fabric import Fabric
@@ -79,6 +80,7 @@ class Communicator:
     streams: dict[str, Stream] = field(default_factory=dict)
     fabric: Fabric | None = None
     recorded: bool = True
+    defects: Defects = NONE
 
     def __post_init__(self) -> None:
         self.fabric = Fabric(
@@ -90,6 +92,7 @@ class Communicator:
             self.prefix,
             root=self.root,
             prefixes=(self.namespace, f"comm/{self.id}/"),
+            defects=self.defects,
         )
         if not self.recorded:  # only the p2p_pair_comm_unlogged defect creates unrecorded communicators
             return

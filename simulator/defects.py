@@ -1,12 +1,16 @@
 """Planted defect switches: one per historical bug the spec guards against. Off by default.
 
-Enable with ``SIM_DEFECTS=name1,name2`` in the environment of the rank processes, or
-``enable(name)`` in-process. ``DEFECTS`` maps each name to a one-line description.
+A simulator backend resolves its defects once, when it is registered (``simulator.register(defects=...)``,
+plus ``SIM_DEFECTS=name1,name2`` from the environment at that moment), into a frozen ``Defects`` value
+that its groups, communicators and works carry; nothing reads the environment afterwards. ``DEFECTS``
+maps each name to a one-line description.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 DEFECTS: dict[str, str] = {
     "batch_wait_no_wait": "isend/irecv works complete before the data has arrived (pytorch PR 82450)",
@@ -55,31 +59,31 @@ DEFECTS: dict[str, str] = {
 # Mixed reduce ops in one _coalescing_manager block are not plantable here: torch 2.13's front end
 # passes only the first op's reduce op to the backend, so no backend ever sees the mix.
 
-_enabled: set[str] = set()
+ENV = "SIM_DEFECTS"
 
 
-def _from_env() -> set[str]:
-    names = {n.strip() for n in os.environ.get("SIM_DEFECTS", "").split(",") if n.strip()}
-    unknown = names - set(DEFECTS)
-    if unknown:
-        raise ValueError(f"unknown simulator defect(s) {sorted(unknown)}; known: {sorted(DEFECTS)}")
-    return names
+@dataclass(frozen=True)
+class Defects:
+    """The defect switches one simulator backend was created with (immutable)."""
+
+    names: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = self.names - DEFECTS.keys()
+        if unknown:
+            raise ValueError(f"unknown simulator defect(s) {sorted(unknown)}; known: {sorted(DEFECTS)}")
+
+    @classmethod
+    def of(cls, names: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> Defects:
+        """``names`` plus those listed in ``environ[SIM_DEFECTS]`` (comma-separated; default os.environ)."""
+        listed = (environ if environ is not None else os.environ).get(ENV, "")
+        return cls(frozenset(names) | {n.strip() for n in listed.split(",") if n.strip()})
+
+    def on(self, name: str) -> bool:
+        """True when defect ``name`` is switched on (an unknown name is a KeyError, not a silent False)."""
+        if name not in DEFECTS:
+            raise KeyError(f"unknown simulator defect {name!r}")
+        return name in self.names
 
 
-def active(name: str) -> bool:
-    """True when defect ``name`` is switched on (env var or enable())."""
-    if name not in DEFECTS:
-        raise KeyError(f"unknown simulator defect {name!r}")
-    return name in _enabled or name in _from_env()
-
-
-def enable(name: str) -> None:
-    """Switch a defect on in this process."""
-    if name not in DEFECTS:
-        raise KeyError(f"unknown simulator defect {name!r}; known: {sorted(DEFECTS)}")
-    _enabled.add(name)
-
-
-def reset() -> None:
-    """Switch every in-process defect off (the env var is the caller's to clear)."""
-    _enabled.clear()
+NONE = Defects()

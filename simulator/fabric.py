@@ -36,8 +36,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from simulator import connections, defects, rendezvous, shm
+from simulator import connections, rendezvous, shm
 from simulator.collectives import ListCollectives
+from simulator.defects import NONE, Defects
 from simulator.dtypes import dtype_from_name
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.events import LOG
@@ -111,7 +112,7 @@ class Fabric(ListCollectives):
 
     def __init__(self, store: dist.Store, comm_id: str, members: list[int], my_rank: int,
                  timeout_s: float, shm_prefix: str, *, root: dist.Store | None = None,
-                 prefixes: tuple[str, ...] = ()):
+                 prefixes: tuple[str, ...] = (), defects: Defects = NONE):
         if my_rank not in members:
             raise ValueError(f"comm {comm_id}: rank {my_rank} is not a member of {members}")
         self.comm_id = comm_id
@@ -119,6 +120,7 @@ class Fabric(ListCollectives):
         self.me = self.members.index(my_rank)
         self.n = len(self.members)
         self.timeout_s = timeout_s
+        self.defects = defects  # the planted defects of the backend this communicator belongs to
         self.seq = 0
         self._base = store
         self._root, self._prefixes = root, prefixes  # per-thread: `store` rebuilt over a reused connection
@@ -320,12 +322,12 @@ class Fabric(ListCollectives):
             srcs = [self._view(o, j, k, t) for j in range(self.n)]
             if _nbytes(t) < _SPLIT_BYTES or t.numel() < self.n:
                 if gets_result:
-                    reduce_into(t, [v.view(t.shape) for v in srcs], op)
+                    reduce_into(t, [v.view(t.shape) for v in srcs], op, self.defects)
                 continue
             lo, hi = _chunk(t.numel(), self.n, self.me)
             work = t if gets_result and t.is_contiguous() else None
             target = work.view(-1)[lo:hi] if work is not None else torch.empty(hi - lo, dtype=t.dtype)
-            reduce_into(target, [v[lo:hi] for v in srcs], op)
+            reduce_into(target, [v[lo:hi] for v in srcs], op, self.defects)
             srcs[self.me][lo:hi].copy_(target)
             chunked.append((t, srcs, work))
         if not chunked:
@@ -406,12 +408,12 @@ class Fabric(ListCollectives):
         pairs = ", ".join(f"{_tdesc(i)}->{_tdesc(o)}" for o, i in zip(outputs, inputs, strict=False))
         with self._coll_lock:
             o = self._begin("reduce_scatter_tensor", f"reduce_scatter_tensor({pairs}, {op})", err, inputs)
-            shard = (self.me + 1) % self.n if defects.active("reduce_scatter_wrong_shard") else self.me
+            shard = (self.me + 1) % self.n if self.defects.on("reduce_scatter_wrong_shard") else self.me
             for k, (out, inp) in enumerate(zip(outputs, inputs, strict=True)):
                 m = out.numel()
                 srcs = [self._view(o, j, k, inp)[shard * m:(shard + 1) * m].view(out.shape)
                         for j in range(self.n)]
-                reduce_into(out, srcs, op)
+                reduce_into(out, srcs, op, self.defects)
 
     def broadcast(self, tensors: list[Tensor], root: int) -> None:
         """Copy the root's tensors into every rank's tensors."""
@@ -457,7 +459,7 @@ class Fabric(ListCollectives):
             flat, pos = full.view(-1), 0
             for j in range(self.n):
                 count = sends[j][self.me]
-                first = self.me * count if defects.active("alltoall_even_offsets") else sum(sends[j][:self.me])
+                first = self.me * count if self.defects.on("alltoall_even_offsets") else sum(sends[j][:self.me])
                 src = _typed(self._slot(o, j), 0, input.dtype, (first + count) * row)[first * row:]
                 flat[pos * row:(pos + count) * row].copy_(src)
                 pos += count
@@ -510,7 +512,7 @@ class Fabric(ListCollectives):
         """Receive the oldest message with `tag` from `src` (any member if None); return its local src."""
         if self._closed:
             raise SimError(f"{self._where()}: recv on rank {self._g(self.me)} after close()")
-        if defects.active("p2p_recv_ignores_source"):
+        if self.defects.on("p2p_recv_ignores_source"):
             src = None
         srcs = list(range(self.n)) if src is None else [src]
         deadline = time.monotonic() + self.timeout_s

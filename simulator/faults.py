@@ -1,6 +1,7 @@
 """Fault injection for reliability tests: a rank that crashes, hangs or is slow at a chosen op.
 
-Set ``SIM_FAULT=<rank>:<op>:<kind>`` in the rank processes' environment (or call ``plant``),
+Set ``SIM_FAULT=<rank>:<op>:<kind>`` in the rank processes' environment (read once, when the simulator
+is registered: ``arm``) or call ``plant``,
 where kind is one of raise, exit, sigkill, hang, slow and op one of OPS. The fault fires on the
 first op named ``op`` (e.g. allreduce, send, barrier) that the given global rank issues, once per
 parent process: rank processes started again by the same parent (a rebuilt pool) do not fire it
@@ -23,6 +24,7 @@ OPS = ("allreduce", "allgather", "allgather_into_tensor", "reduce_scatter_tensor
        "allgather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced")
 MARKER_PREFIX = "simfault-"
 _planted: dict[tuple[int, str], str] = {}
+_armed = [""]  # the SIM_FAULT spec read by arm(), until it fires
 
 
 class InjectedFault(RuntimeError):
@@ -72,9 +74,16 @@ def _marker(spec: str) -> str:
     return f"{MARKER_PREFIX}{os.getppid()}-{zlib.crc32(spec.encode()):08x}"
 
 
-def _claim_env_fault(rank: int, op: str) -> str | None:
-    """The kind of the SIM_FAULT for (rank, op) if it has not fired yet under this parent; claims it."""
+def arm() -> None:
+    """Take SIM_FAULT from the environment now (``simulator.register`` calls this); a malformed value is refused."""
     spec = os.environ.get("SIM_FAULT", "")
+    parse(spec)
+    _armed[0] = spec
+
+
+def _claim_env_fault(rank: int, op: str) -> str | None:
+    """The kind of the armed SIM_FAULT for (rank, op) if it has not fired yet under this parent; claims it."""
+    spec = _armed[0]
     parsed = parse(spec)
     if parsed is None or parsed[:2] != (rank, op):
         return None
@@ -91,6 +100,7 @@ def maybe_inject(rank: int, op: str) -> None:
     if kind is None:
         return
     os.environ.pop("SIM_FAULT", None)
+    _armed[0] = ""
     if kind == "raise":
         raise InjectedFault(f"injected fault: rank {rank} raised at {op}")
     if kind == "exit":

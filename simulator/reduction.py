@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from simulator import defects
+from simulator.defects import NONE, Defects
 
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -41,17 +41,17 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def accum_dtype(dtype: torch.dtype, op: str) -> torch.dtype:
+def accum_dtype(dtype: torch.dtype, op: str, defects: Defects = NONE) -> torch.dtype:
     """Return the dtype in which `op` accumulates contributions of `dtype`."""
     if op in ("sum", "avg", "product") and dtype in _LOW_PRECISION:
         return torch.float32
-    if op in ("sum", "avg") and dtype == torch.int64 and defects.active("int_sum_via_float32"):
+    if op in ("sum", "avg") and dtype == torch.int64 and defects.on("int_sum_via_float32"):
         return torch.float32
     return dtype
 
 
-def _binary(dtype: torch.dtype, op: str) -> Callable[..., Tensor]:
-    if op in ("min", "max") and defects.active("minmax_swapped"):
+def _binary(dtype: torch.dtype, op: str, defects: Defects) -> Callable[..., Tensor]:
+    if op in ("min", "max") and defects.on("minmax_swapped"):
         op = "max" if op == "min" else "min"
     return _BOOL_BINARY[op] if dtype == torch.bool else _BINARY[op]
 
@@ -73,14 +73,15 @@ def unsupported(dtype: torch.dtype, op: str) -> str | None:
     return None
 
 
-def reduce_into(out: Tensor, srcs: Sequence[Tensor], op: str) -> None:
+def reduce_into(out: Tensor, srcs: Sequence[Tensor], op: str, defects: Defects = NONE) -> None:
     """Write op(srcs[0], srcs[1], ...) into `out`, combining left to right (rank order).
 
-    `srcs` must have out's shape and dtype and must not alias `out`.
+    `srcs` must have out's shape and dtype and must not alias `out`; ``defects`` are the planted defects of
+    the communicator reducing.
     """
-    acc_dtype = accum_dtype(out.dtype, op)
+    acc_dtype = accum_dtype(out.dtype, op, defects)
     acc = out if acc_dtype == out.dtype else torch.empty(out.shape, dtype=acc_dtype)
-    fn = _binary(out.dtype, op)
+    fn = _binary(out.dtype, op, defects)
     if len(srcs) == 1:
         acc.copy_(srcs[0])
     elif acc is out:
@@ -90,7 +91,7 @@ def reduce_into(out: Tensor, srcs: Sequence[Tensor], op: str) -> None:
         fn(acc, srcs[1], out=acc)
     for src in srcs[2:]:
         fn(acc, src, out=acc)
-    if op == "avg" and not defects.active("avg_as_sum"):
+    if op == "avg" and not defects.on("avg_as_sum"):
         acc.div_(len(srcs))
     if acc is not out:
         out.copy_(acc)

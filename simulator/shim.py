@@ -27,16 +27,18 @@ works through the backport (2), and ``bind_device`` works on every version. What
    for a Python ``ProcessGroup``, so the simulator's groups report ``[cpu]`` there. Every check
    torch makes before and after runs unchanged; other backends' splits call torch untouched.
 
-``uninstall()`` restores every original.
+``uninstall()`` restores every original. Every replacement goes through one undo stack
+(``simulator.patches.Patches``); the accelerator answers of (4) are scoped to the thread running the
+split, so the simulator's stream threads, and every other thread, keep seeing torch's own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
-from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -44,7 +46,7 @@ import torch.distributed.distributed_c10d as c10d
 from packaging.version import Version
 from torch._C._distributed_c10d import Backend as C10dBackend
 
-from simulator import defects
+from simulator.patches import Patches
 
 BOUND_DEVICE = torch.device("cpu", 0)
 TORCH = Version(Version(torch.__version__).base_version)
@@ -53,7 +55,8 @@ REFUSES_CPU_DEVICE_ID = Version("2.15") > TORCH
 #: torch >= 2.14 hands the split source to the creator as a c10d Backend (v2.15.0 distributed_c10d.py:3119).
 SPLIT_FROM_IN_OPTIONS = hasattr(c10d._DistributedBackendOptions, "split_from")
 
-_originals: dict[str, Callable[..., Any]] = {}
+_installed = Patches()  # what install() replaced, undone by uninstall()
+_virtual = threading.local()  # depth of virtual_accelerator blocks on this thread
 
 
 def virtual_device() -> torch.device:
@@ -93,12 +96,28 @@ class SplitSource(C10dBackend):
         self.group.eager_connect_single_device(device)
 
 
+def _on_this_thread(original: Callable[..., Any], virtual: Callable[..., Any]) -> Callable[..., Any]:
+    """``virtual`` inside a virtual_accelerator block of the calling thread, else ``original``."""
+
+    @functools.wraps(original)
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        return (virtual if getattr(_virtual, "depth", 0) else original)(*args, **kwargs)
+
+    return answer
+
+
 @contextlib.contextmanager
 def virtual_accelerator() -> Iterator[None]:
-    """Make torch believe the CPU is the current accelerator, for the duration of the block."""
-    with mock.patch.object(torch.accelerator, "is_available", return_value=True), \
-            mock.patch.object(torch.accelerator, "current_accelerator", return_value=torch.device("cpu")):
-        yield
+    """Make torch believe the CPU is the current accelerator, on the calling thread, for the duration of the block."""
+    with Patches() as patches:
+        patches.wrap(torch.accelerator, "is_available", lambda original: _on_this_thread(original, lambda: True))
+        patches.wrap(torch.accelerator, "current_accelerator",
+                     lambda original: _on_this_thread(original, lambda *a, **k: torch.device("cpu")))
+        _virtual.depth = getattr(_virtual, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            _virtual.depth -= 1
 
 
 def _is_sim(pg: Any) -> bool:
@@ -116,21 +135,15 @@ def cpu_device_types(cls: type) -> Iterator[None]:
     distributed_c10d.py:6866), empty for a Python ProcessGroup; torch skips such a group in the
     flight-recorder attach by that same emptiness (v2.15.0 :2924): its C++ side cannot record it.
     """
-    attach = getattr(c10d, "_maybe_attach_flight_recorder", None)
-
-    def maybe_attach(pg: Any, *args: Any, **kwargs: Any) -> None:
-        if attach is not None and not isinstance(pg, cls):
-            attach(pg, *args, **kwargs)
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(cls, "_device_types", [torch.device("cpu")], create=True))
-        if attach is not None:
-            stack.enter_context(mock.patch.object(c10d, "_maybe_attach_flight_recorder", maybe_attach))
+    with Patches() as patches:
+        patches.replace(cls, "_device_types", [torch.device("cpu")])
+        if hasattr(c10d, "_maybe_attach_flight_recorder"):
+            patches.wrap(c10d, "_maybe_attach_flight_recorder", lambda attach: functools.wraps(attach)(
+                lambda pg, *args, **kwargs: None if isinstance(pg, cls) else attach(pg, *args, **kwargs)))
         yield
 
 
-def _split_group(*args: Any, **kwargs: Any) -> Any:
-    original = _originals["split_group"]
+def _split_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if not dist.is_initialized():
         return original(*args, **kwargs)
     default = c10d._get_default_group()
@@ -138,7 +151,7 @@ def _split_group(*args: Any, **kwargs: Any) -> Any:
     if not _is_sim(parent):
         return original(*args, **kwargs)
     with contextlib.ExitStack() as stack:
-        if defects.active("split_unbound_allowed") and default.bound_device_id is None:
+        if default.bound_device_id is None and parent.settings.defects.on("split_unbound_allowed"):
             default.bound_device_id = virtual_device()
             stack.callback(setattr, default, "bound_device_id", None)
         stack.enter_context(virtual_accelerator())
@@ -152,13 +165,9 @@ def _python_split_source(original: Callable[..., Any], *args: Any, **kwargs: Any
     return SplitSource(source) if isinstance(source, dist.ProcessGroup) else source
 
 
-def _get_split_source(*args: Any, **kwargs: Any) -> Any:
-    source = _originals["_get_split_source"](*args, **kwargs)
+def _sim_split_source(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    source = original(*args, **kwargs)
     return SplitSource(source) if _is_sim(source) else source
-
-
-def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
-    return _bind_cpu_device_id(_originals["_new_process_group_helper"], *args, **kwargs)
 
 
 def _bind_cpu_device_id(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -175,13 +184,9 @@ def _bind_cpu_device_id(original: Callable[..., Any], *args: Any, **kwargs: Any)
     return pg, store
 
 
-def _patch(name: str, wrapper: Callable[..., Any], *, public: bool = False) -> None:
-    original = getattr(c10d, name)
-    _originals[name] = original
-    wrapped = functools.wraps(original)(wrapper)
-    setattr(c10d, name, wrapped)
-    if public:
-        setattr(dist, name, wrapped)
+def _wrapper(wrapper: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``make(original)`` for Patches.wrap: ``wrapper(original, *args, **kwargs)``, looking like the original."""
+    return lambda original: functools.wraps(original)(functools.partial(wrapper, original))
 
 
 @contextlib.contextmanager
@@ -189,31 +194,26 @@ def python_backend_binding() -> Iterator[None]:
     """For another Python ProcessGroup backend bound to ``cpu:0`` (a CPU vendor declaring device_binding):
     while active, new_group passes the cpu binding on (torch < 2.15) and splits from the group (torch >= 2.14),
     as ``install`` does for the simulator."""
-    with contextlib.ExitStack() as stack:
-        for name, needed, wrapper in (("_new_process_group_helper", REFUSES_CPU_DEVICE_ID, _bind_cpu_device_id),
-                                      ("_get_split_source", SPLIT_FROM_IN_OPTIONS, _python_split_source)):
-            if needed:
-                original = getattr(c10d, name)
-                stack.enter_context(mock.patch.object(c10d, name, functools.wraps(original)(
-                    functools.partial(wrapper, original))))
+    with Patches() as patches:
+        if REFUSES_CPU_DEVICE_ID:
+            patches.wrap(c10d, "_new_process_group_helper", _wrapper(_bind_cpu_device_id))
+        if SPLIT_FROM_IN_OPTIONS:
+            patches.wrap(c10d, "_get_split_source", _wrapper(_python_split_source))
         yield
 
 
 def install() -> None:
     """Install the wrappers this torch needs (idempotent)."""
-    if _originals:
+    if _installed:
         return
-    _patch("split_group", _split_group, public=True)
+    _installed.wrap(c10d, "split_group", _wrapper(_split_group))
+    _installed.replace(dist, "split_group", c10d.split_group)
     if SPLIT_FROM_IN_OPTIONS:
-        _patch("_get_split_source", _get_split_source)
+        _installed.wrap(c10d, "_get_split_source", _wrapper(_sim_split_source))
     if REFUSES_CPU_DEVICE_ID:
-        _patch("_new_process_group_helper", _new_process_group_helper)
+        _installed.wrap(c10d, "_new_process_group_helper", _wrapper(_bind_cpu_device_id))
 
 
 def uninstall() -> None:
     """Restore torch's functions."""
-    for name, original in _originals.items():
-        setattr(c10d, name, original)
-        if name == "split_group":
-            dist.split_group = original
-    _originals.clear()
+    _installed.undo()

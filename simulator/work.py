@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from simulator import defects
+from simulator.defects import NONE, Defects
 
 
 def _outputs_of(done: torch.futures.Future, outputs: list[Any]) -> list[Any]:
@@ -27,12 +27,14 @@ class SimWork(dist.Work):
     """A launch in flight on a simulator stream.
 
     ``future`` completes when the launch has run (its value is the launch's own return value);
-    ``outputs`` are the tensors the op writes, which the Work's future (``get_future``) holds.
+    ``outputs`` are the tensors the op writes, which the Work's future (``get_future``) holds; ``defects``
+    are the planted defects of the backend that launched it.
     """
 
     def __init__(self, future: torch.futures.Future, source_rank: int = -1, *, p2p: bool = False,
-                 outputs: list[Any] | None = None) -> None:
+                 outputs: list[Any] | None = None, defects: Defects = NONE) -> None:
         super().__init__()
+        self._defects = defects
         self._future = future
         self._source = source_rank
         self._p2p = p2p
@@ -42,7 +44,7 @@ class SimWork(dist.Work):
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Block until every op of the launch has completed (at most ``timeout``, if one is given and
         non-zero); re-raise its error."""
-        if self._p2p and defects.active("batch_wait_no_wait"):
+        if self._p2p and self._defects.on("batch_wait_no_wait"):
             return True
         if timeout is not None and timeout.total_seconds() > 0:
             deadline = time.monotonic() + timeout.total_seconds()

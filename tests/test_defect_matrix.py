@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.defect_matrix import build_matrix, run_matrix
+from conformance.defect_matrix import _consulted, build_matrix, plan, run_matrix
+from conformance.planted.lanes import Case
+from conformance.planted.mutants import Mutant, mutants
+from conformance.planted.task import TASK
+from conformance.runner.orchestrate import run_case
+from conformance.runner.pool import PoolSet
+from conformance.session import load_bound_catalog
 
 
 def test_build_matrix_flags_uncaught_defects_and_toothless_requirements() -> None:
@@ -19,6 +25,42 @@ def test_build_matrix_flags_uncaught_defects_and_toothless_requirements() -> Non
                          {"A": "MUST", "B": "SHOULD", "C": "SHOULD"}, frozenset({"B"}))
     assert fixed["requirements_without_teeth"] == [] and fixed["fixed_upstream"] == ["B"]
     assert fixed["teeth_rate"] == 1.0
+
+
+def test_plan_runs_a_switch_only_where_the_clean_run_consulted_it() -> None:
+    catalog = load_bound_catalog()[:3]
+    a, b, c = (r.id for r in catalog)
+    switch = Mutant("avg_as_sum", "", defects=("avg_as_sum",))
+    frontend = Mutant("frontend_filter_ignored", "", frontend="frontend_filter_ignored")
+    consulted = {a: {"avg_as_sum", "barrier_no_wait"}, b: {"barrier_no_wait"}}
+    cases = plan(catalog, [2, 4], [switch, frontend], consulted)
+    assert [x.requirement for x in cases if x.mutant == "avg_as_sum"] == [a]
+    assert [x.requirement for x in cases if x.mutant == "frontend_filter_ignored"] == [a, b, c]  # no consult record
+    assert len(plan(catalog, [2, 4], [switch], consulted, everything=True)) == 3
+    assert all(isinstance(x, Case) and x.world_size in (2, 4) for x in cases)
+
+
+def test_every_planted_defect_is_listed_once() -> None:
+    names = [m.name for m in mutants()]
+    assert len(names) == len(set(names)) == 47
+
+
+def test_the_planted_task_records_consulted_switches_and_plants_a_mutant(tmp_path: Path) -> None:
+    reqs = {r.id: r for r in load_bound_catalog()}
+    pools = PoolSet()
+    try:
+        clean = run_case(pools, reqs["COLL-BARRIER-BLOCKS"], "sim", 2, timeout_s=15.0, task=TASK,
+                         task_kwargs={"consulted_dir": str(tmp_path)})
+        batch = reqs["P2P-BAD-INPUT"]
+        planted = run_case(pools, batch, "sim", 2, timeout_s=15.0, task=TASK,
+                           task_kwargs={"mutant": "frontend_empty_batch_accepted"})
+        after = run_case(pools, batch, "sim", 2, timeout_s=15.0)  # the mutant was undone with its check
+    finally:
+        pools.close()
+    assert clean.outcome == "pass", clean.detail
+    consulted = _consulted(tmp_path)["COLL-BARRIER-BLOCKS"]
+    assert "barrier_no_wait" in consulted and "p2p_mismatch_silent" not in consulted, consulted
+    assert planted.outcome == "fail" and after.outcome == "pass", (planted.detail, after.detail)
 
 
 @pytest.mark.slow

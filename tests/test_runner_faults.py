@@ -2,6 +2,7 @@
 
 import pytest
 
+from conformance.planted.task import TASK as PLANTED
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
 from conformance.spec import load_catalog
@@ -20,7 +21,7 @@ def pools():
 @pytest.mark.parametrize(("kind", "status"), [("raise", "raised"), ("exit", "crashed"), ("hang", "timed out")])
 def test_fault_is_reported_with_rank_and_stack_then_the_run_goes_on(pools, kind, status) -> None:
     req = REQ["COLL-ALLREDUCE-OPS"]  # its first collective is a plain all_reduce
-    faulty = run_case(pools, req, "sim", 2, timeout_s=3.0, env={"SIM_FAULT": f"1:allreduce:{kind}"})
+    faulty = run_case(pools, req, "sim", 2, timeout_s=3.0, task=PLANTED, task_kwargs={"fault": f"1:allreduce:{kind}"})
     assert faulty.outcome == "error"
     rank1 = next(r for r in faulty.ranks if r.rank == 1)
     assert "rank 1" in faulty.detail

@@ -44,12 +44,6 @@ def reference_builder(source: list[list[int]], order: str, sizes: dict[str, int]
     return [sorted(g) for g in source]
 
 
-def hardcoded_order_builder(source: list[list[int]], order: str, sizes: dict[str, int],
-                            offset: int) -> list[list[int]]:
-    """Megatron PR 3249's defect: recompute data-parallel groups with a fixed order and no offset."""
-    return rank_groups("tp-cp-ep-dp-pp", sizes, "dp", 0)
-
-
 def load_builder() -> Builder:
     """The builder under test: CONFORMANCE_GROUP_BUILDER, or the reference builder."""
     path = os.environ.get("CONFORMANCE_GROUP_BUILDER", "")

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 import time
 import traceback
 import warnings
 from typing import Any
 
-from conformance import frontend_mutants
 from conformance.checks.registry import CheckContext, load_checks
 from conformance.outcomes import CheckFailed, NotObservable, Outcome, Skipped
 from conformance.report.model import RankOutcome
@@ -59,7 +57,6 @@ def run_check(
     target_name: str,
     target_options: dict[str, Any] | None = None,
     timeout_s: float = 60.0,
-    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the check bound to ``requirement_id`` on this rank; return its RankOutcome in the wire form
     (``RankOutcome.to_json``), which the pool pickles and torchrun's store carries as JSON.
@@ -68,8 +65,7 @@ def run_check(
     is restored after it.
     """
     started = time.perf_counter()
-    state = ProcessState.capture(extra_env=tuple(env or ()))
-    os.environ.update(env or {})
+    state = ProcessState.capture()
     target = make_target(target_name, target_options)
     outcome, detail, tb = Outcome.PASS, "", ""
     ctx = None
@@ -78,7 +74,7 @@ def run_check(
         fn = load_checks()[requirement_id]
         target.setup(rank, world_size)
         ctx = CheckContext(rank, world_size, target, store, requirement, timeout_s)
-        with warnings.catch_warnings(), frontend_mutants.applied(os.environ.get(frontend_mutants.ENV)):
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # checks that observe warnings record their own
             fn(ctx)
     except CheckFailed as exc:

@@ -31,8 +31,8 @@ class ProcessState:
     env: dict[str, str | None]
 
     @classmethod
-    def capture(cls, extra_env: tuple[str, ...] = ()) -> ProcessState:
-        """Take a snapshot of the current process state (and of the env vars named in ``extra_env``)."""
+    def capture(cls) -> ProcessState:
+        """Take a snapshot of the current process state."""
         b = dist.Backend
         return cls(
             backend_list=list(b.backend_list),
@@ -42,7 +42,7 @@ class ProcessState:
             plugins=dict(b._plugins),
             attrs=_backend_attrs(),
             config=dist_config.save_config(),
-            env={k: os.environ.get(k) for k in (*_ENV_KEYS, *extra_env)},
+            env={k: os.environ.get(k) for k in _ENV_KEYS},
         )
 
     def restore(self) -> None:

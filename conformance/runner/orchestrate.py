@@ -90,8 +90,12 @@ def case_result(requirement: Requirement, target_name: str, world_size: int, out
 
 def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_size: int, *,
              target_options: dict[str, Any] | None = None, timeout_s: float = 60.0,
-             env: dict[str, str] | None = None) -> Result:
-    """Run ``requirement`` on ``target_name`` at ``world_size`` and return its Result."""
+             task: str = TASK, task_kwargs: dict[str, Any] | None = None) -> Result:
+    """Run ``requirement`` on ``target_name`` at ``world_size`` and return its Result.
+
+    ``task`` (``"package.module:function"``) is what every rank runs, ``TASK`` or one that wraps it (the defect
+    matrix's); it gets ``task_kwargs`` on top of ``TASK``'s arguments.
+    """
     started = time.perf_counter()
     decided = precheck(requirement, target_name, target_options, world_size)
     if decided is not None:
@@ -104,9 +108,9 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
     pool = pools.fresh(world_size, start_method) if isolated else pools.get(world_size, start_method)
     try:
         reports = pool.run(
-            TASK,
+            task,
             {"requirement_id": requirement.id, "target_name": target_name,
-             "target_options": target_options, "timeout_s": timeout_s, "env": env},
+             "target_options": target_options, "timeout_s": timeout_s, **(task_kwargs or {})},
             timeout_s + POOL_GRACE_S,
             failed=lambda value: RankOutcome.from_json(value).outcome is Outcome.ERROR,
         )

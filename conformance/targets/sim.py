@@ -51,16 +51,14 @@ class SimTarget(Target):
         return "cpu:sim"
 
     def setup(self, rank: int, world_size: int) -> None:
-        simulator.defects.reset()
-        for name in self.defects:
-            simulator.defects.enable(name)
         simulator.LOG.clear()
-        simulator.Settings.path = self.path
-        simulator.register()
+        self._registered = simulator.register(path=self.path, defects=self.defects)
 
     def init_world(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
                    timeout_s: float) -> dist.ProcessGroup:
-        simulator.Settings.path = spec.extra.get("path", self.path)
+        path = spec.extra.get("path", self.path)
+        if path != self._registered.path:  # the path is fixed when the backend is registered
+            self._registered = simulator.register(path=path, defects=self.defects)
         world = self._init_default_group(store, rank, world_size, spec, timeout_s)
         if spec.mode == "eager":
             if not isinstance(world, simulator.SimProcessGroup):
@@ -90,9 +88,7 @@ class SimTarget(Target):
             super().teardown()
         finally:
             simulator.unregister()
-            simulator.defects.reset()
             simulator.faults.clear()
-            simulator.Settings.path = "nccl"
 
     def environment(self) -> dict[str, Any]:
         return {"backend": "sim", "path": self.path, "defects": list(self.defects)}

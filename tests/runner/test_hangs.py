@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.planted.task import TASK as PLANTED
 from conformance.runner import PoolSet, RankPool
 from conformance.runner.orchestrate import run_case
 from conformance.spec import load_catalog
@@ -27,7 +28,7 @@ def pools():
 def test_hung_rank_is_named_above_the_pool_grace(pools) -> None:
     """At a timeout above the pool's 5 s grace the healthy rank's RankTimeout, naming rank 0, is kept."""
     result = run_case(pools, REQ["COLL-ALLREDUCE-OPS"], "sim", 2, timeout_s=8.0,
-                      env={"SIM_FAULT": "0:allreduce:hang"})
+                      task=PLANTED, task_kwargs={"fault": "0:allreduce:hang"})
     by_rank = {r.rank: r for r in result.ranks}
     assert result.outcome == "error"
     assert by_rank[0].status == "timeout", by_rank[0]
@@ -40,7 +41,7 @@ def test_hung_rank_is_named_above_the_pool_grace(pools) -> None:
 def test_peers_of_a_raising_rank_do_not_wait_out_the_timeout(pools) -> None:
     started = time.monotonic()
     result = run_case(pools, REQ["COLL-ALLREDUCE-OPS"], "sim", 2, timeout_s=30.0,
-                      env={"SIM_FAULT": "0:allreduce:raise"})
+                      task=PLANTED, task_kwargs={"fault": "0:allreduce:raise"})
     assert time.monotonic() - started < 10, "rank 1 waited for the rank that had already raised"
     assert result.outcome == "error" and "injected fault: rank 0 raised at allreduce" in result.detail
     rank1 = next(r for r in result.ranks if r.rank == 1)

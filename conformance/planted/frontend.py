@@ -3,7 +3,7 @@
 Some requirements are decided by torch's own front end before any backend is reached (backend
 string parsing, split_group filters, creator arguments, batch validation). No backend defect can
 show that their checks have teeth, so the defect matrix swaps in one of these defective versions
-(named by ``CONFORMANCE_FRONTEND_MUTANT`` in a check's environment) for the duration of one check.
+for the duration of one check (``conformance.planted.task``), through a ``simulator.patches.Patches``.
 """
 
 from __future__ import annotations
@@ -16,16 +16,10 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-ENV = "CONFORMANCE_FRONTEND_MUTANT"
+from simulator.patches import Patches
 
 
-def _patch(owner: Any, name: str, make: Callable[[Any], Any]) -> Callable[[], None]:
-    original = getattr(owner, name)
-    setattr(owner, name, make(original))
-    return lambda: setattr(owner, name, original)
-
-
-def _malformed_accepted() -> list[Callable[[], None]]:
+def _malformed_accepted(patches: Patches) -> None:
     def make(original: Any) -> Any:
         def init(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -35,20 +29,22 @@ def _malformed_accepted() -> list[Callable[[], None]]:
 
         return init
 
-    return [_patch(dist, "init_process_group", make), _patch(c10d, "init_process_group", make)]
+    patches.wrap(dist, "init_process_group", make)
+    patches.wrap(c10d, "init_process_group", make)
 
 
-def _filter_ignored() -> list[Callable[[], None]]:
+def _filter_ignored(patches: Patches) -> None:
     def make(original: Any) -> Any:
         def split_group(*args: Any, backend: Any = None, **kwargs: Any) -> Any:
             return original(*args, **kwargs)
 
         return split_group
 
-    return [_patch(dist, "split_group", make), _patch(c10d, "split_group", make)]
+    patches.wrap(dist, "split_group", make)
+    patches.wrap(c10d, "split_group", make)
 
 
-def _creator_options_copied() -> list[Callable[[], None]]:
+def _creator_options_copied(patches: Patches) -> None:
     def make(original: Any) -> Any:
         def register(name: str, func: Any, extended_api: bool = False, devices: Any = None) -> None:
             if extended_api:
@@ -59,19 +55,16 @@ def _creator_options_copied() -> list[Callable[[], None]]:
 
             return original(name, func, extended_api, devices)
 
-        return register
+        return staticmethod(register)
 
-    return [_patch(dist.Backend, "register_backend", lambda original: staticmethod(make(original)))]
-
-
-def _empty_batch_accepted() -> list[Callable[[], None]]:
-    def make(original: Any) -> Any:
-        return lambda ops: [] if not ops else original(ops)
-
-    return [_patch(dist, "batch_isend_irecv", make)]
+    patches.wrap(dist.Backend, "register_backend", make)
 
 
-def _mixed_types_swallowed() -> list[Callable[[], None]]:
+def _empty_batch_accepted(patches: Patches) -> None:
+    patches.wrap(dist, "batch_isend_irecv", lambda original: lambda ops: [] if not ops else original(ops))
+
+
+def _mixed_types_swallowed(patches: Patches) -> None:
     def make(original: Any) -> Any:
         @contextlib.contextmanager
         def manager(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -80,10 +73,10 @@ def _mixed_types_swallowed() -> list[Callable[[], None]]:
 
         return manager
 
-    return [_patch(dist, "_coalescing_manager", make)]
+    patches.wrap(dist, "_coalescing_manager", make)
 
 
-MUTANTS: dict[str, tuple[str, Callable[[], list[Callable[[], None]]]]] = {
+MUTANTS: dict[str, tuple[str, Callable[[Patches], None]]] = {
     "frontend_malformed_accepted": ("a malformed backend string silently falls back to cpu:gloo",
                                     _malformed_accepted),
     "frontend_filter_ignored": ("split_group ignores its backend filter", _filter_ignored),
@@ -93,19 +86,3 @@ MUTANTS: dict[str, tuple[str, Callable[[], list[Callable[[], None]]]]] = {
     "frontend_mixed_types_swallowed": ("a coalescing block of mixed op types is dropped without an error",
                                        _mixed_types_swallowed),
 }
-
-
-@contextlib.contextmanager
-def applied(name: str | None) -> Iterator[None]:
-    """Apply the named mutant (none if ``name`` is empty) for the duration of the block."""
-    if not name:
-        yield
-        return
-    if name not in MUTANTS:
-        raise KeyError(f"unknown front-end mutant {name!r}; known: {sorted(MUTANTS)}")
-    undo = MUTANTS[name][1]()
-    try:
-        yield
-    finally:
-        for step in reversed(undo):
-            step()

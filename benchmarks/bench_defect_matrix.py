@@ -1,0 +1,62 @@
+"""Wall time of the defect matrix, the way it ran before against the way it runs now, in one run.
+
+Before: every planted defect against every requirement, one case after another in one set of rank
+pools (``lanes=1, everything=True``: the cases and the pools the old loop over ``run_suite`` used).
+Now: each simulator switch only against the checks whose clean run consulted it, every case in
+``LANES`` parallel lanes. Prints both wall times, their ratio, whether the two matrices agree on what
+caught each defect, and the defects that took longest now.
+
+Run: .venv/bin/python benchmarks/bench_defect_matrix.py [--skip-before] [--lanes 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from conformance.defect_matrix import LANES, run_matrix
+
+SIZES = [2, 4]
+TIMEOUT_S = 8.0  # the CLI's default for `defects`
+
+
+def _timed(lanes: int, everything: bool) -> tuple[float, int, dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        code = run_matrix(SIZES, Path(folder), TIMEOUT_S, lanes=lanes, everything=everything)
+        wall = time.perf_counter() - started
+        return wall, code, json.loads((Path(folder) / "defects.json").read_text())
+
+
+def _caught(matrix: dict[str, Any]) -> dict[str, list[str]]:
+    return {m: sorted(row["caught_by"]) for m, row in matrix["mutants"].items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-before", action="store_true", help="time only the current method")
+    parser.add_argument("--lanes", type=int, default=LANES)
+    args = parser.parse_args()
+    now_s, now_code, now = _timed(args.lanes, everything=False)
+    print(f"now:    {now_s:6.1f} s  ({args.lanes} lanes, consulted pairs only; exit {now_code})")
+    if not args.skip_before:
+        before_s, before_code, before = _timed(1, everything=True)
+        print(f"before: {before_s:6.1f} s  (1 lane, every pair; exit {before_code})  ratio {before_s / now_s:.1f}x")
+        differ = {m: (c, _caught(now).get(m)) for m, c in _caught(before).items() if c != _caught(now).get(m)}
+        print(f"caught-by lists that differ: {differ or 'none'}")
+    slowest = sorted(now["seconds"].items(), key=lambda kv: -kv[1])[:10]
+    print("slowest defects now (seconds of their cases, summed over lanes):")
+    for name, seconds in slowest:
+        print(f"  {name:<34} {seconds:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
