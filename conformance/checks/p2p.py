@@ -154,7 +154,7 @@ def stderr_lines(enabled: bool) -> Iterator[list[str]]:
 
 def is_lazy_p2p_warning(message: str, words: tuple[str, ...] | None) -> bool:
     """Whether ``message`` is the lazy-P2P warning: it contains every one of the target's ``words``
-    (``Target.lazy_p2p_warning``), or, for a target that names none, recommends a device binding."""
+    (``Traits.lazy_p2p_warning``), or, for a target that names none, recommends a device binding."""
     if words:
         return all(w in message for w in words)
     low = message.lower()

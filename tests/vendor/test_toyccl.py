@@ -180,3 +180,15 @@ def test_vendor_target_reregisters_after_a_check_undid_it(restored):
 def test_vendor_target_reports_a_module_that_does_not_import():
     reason = VendorTarget(backend="nope", module="no_such_vendor_module").unavailable_reason()
     assert "no_such_vendor_module" in reason and "ModuleNotFoundError" in reason
+
+
+def test_options_a_group_cannot_show_are_not_observable(restored):
+    """A declared options part whose groups expose no options object: the copy check cannot look, not a failure."""
+    from types import SimpleNamespace
+
+    from conformance.outcomes import NotObservable
+
+    part = VendorTarget(backend="toyccl", module="toyccl", capabilities="options").parts.options
+    group = SimpleNamespace(bound_device_id=None, _get_backend=lambda device: object())
+    with pytest.raises(NotObservable, match="exposes no options object"):
+        part.fields(group)
