@@ -37,10 +37,11 @@ def test_a_description_derives_its_capabilities_from_its_parts_and_probe(name: s
 @pytest.mark.parametrize("name", ["sim", "gloo", "toyccl"])
 def test_reading_a_description_leaves_the_process_alone(name: str) -> None:
     """The parent reads descriptions: no world, no probe (a dispatch mode), no simulator registration."""
+    mode = _get_current_dispatch_mode()
     target = make_target(name)
     assert target.unavailable_reason(2) is None
     _ = (target.capabilities, target.declared, target.not_applicable, target.environment(), target.gpu)
-    assert _get_current_dispatch_mode() is None
+    assert _get_current_dispatch_mode() is mode  # no launch probe started
     assert not dist.is_initialized()
     assert name != "sim" or not dist.is_backend_available("sim")
 

@@ -174,6 +174,7 @@ def test_vendor_target_reregisters_after_a_check_undid_it(restored):
     assert not dist.is_backend_available("toyccl")
     target.setup(0, 1)
     assert dist.is_backend_available("toyccl")
+    target.teardown()  # the probe's dispatch mode must not outlive the test
     state_without.restore()
 
 
