@@ -13,7 +13,7 @@ shorthand for declaring the ``options`` capability).
 
 Declared capabilities are verified, not trusted: a check of a requirement that needs a
 declared capability runs, and a skip inside it is reported as a failure naming the capability
-(see ``declared_capabilities``).
+(see ``VendorTarget.declared``).
 
 On an accelerator, eager worlds pass ``device_id=<device>:<LOCAL_RANK>``. A CPU backend that
 declares ``device_binding`` gets the narrowest shim the simulator uses (simulator.shim): torch
@@ -63,7 +63,7 @@ from simulator.shim import cpu_device_types, python_backend_binding, virtual_acc
 
 # Declarable: every capability but what the parts and probes decide ("options" is the options part).
 DECLARABLE = tuple(sorted(FEATURES | {"options"}))
-# NCCL-style fields of an options object, as make_options takes them.
+# NCCL-style fields of an options object, as the options part makes and reads them.
 OPTION_FIELDS = ("is_high_priority_stream", "cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 
 
