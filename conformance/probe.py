@@ -12,8 +12,10 @@ Events are plain dicts with a ``kind`` key. The kinds and their fields:
   and records the group name as comm too)
 - ``config_applied``: comm, config (dict)
 - ``warning``: message, category
-A target records only the kinds it lists in ``Probe.observes``; a check that needs a kind
-the probe cannot see must report not-observable.
+These kind names are the one vocabulary for what can be seen: a probe lists the kinds it
+records in ``Probe.observes``, and a target whose probe records kind ``k`` has the capability
+``observing(k)`` = ``"observe:k"``, the name the spec's requirements use. A check that needs a
+kind the probe cannot see reports not-observable.
 
 Positive controls: a probe may also have ``control_missing(kind)``, returning None once it has
 shown, in this run, that it sees events of ``kind`` (the world communicator being made, a
@@ -29,6 +31,14 @@ from typing import Any, Protocol
 Event = dict[str, Any]
 
 EVENT_KINDS = ("comm_created", "comm_destroyed", "launch", "config_applied", "warning")
+OBSERVE = "observe:"
+
+
+def observing(kind: str) -> str:
+    """The capability of a target whose probe records events of ``kind``."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(EVENT_KINDS)}")
+    return OBSERVE + kind
 
 
 class Probe(Protocol):

@@ -19,19 +19,23 @@ from simulator.fabric import Fabric
 from simulator.stream import Stream
 
 MAIN_STREAM = "main"
+# The setting that names the simulator's /dev/shm segments: whoever starts rank processes may set this
+# environment variable to a prefix of its own, and after killing them remove what is left with
+# ``simulator.shm.sweep(prefix)``. Unset, each world picks a prefix of its own.
+SHM_PREFIX_ENV = "SIM_SHM_PREFIX"
 
 
 def world_namespace(store: dist.Store, rank: int) -> tuple[str, str]:
     """(shm name prefix, store key namespace) every rank of a world agrees on.
 
-    The shm prefix is the runner's (CONFORMANCE_SHM_PREFIX) when it set one, so it can sweep
+    The shm prefix is ``SHM_PREFIX_ENV``'s when it is set, so that whoever set it can sweep
     leftovers after a crash. The namespace keeps the simulator's keys apart from other worlds'
     on a shared store server.
     """
     if rank == 0:
         store.set("sim_world_uid", f"{os.getpid()}_{time.monotonic_ns() % 10**9}")
     uid = store.get("sim_world_uid").decode()
-    return os.environ.get("CONFORMANCE_SHM_PREFIX") or f"sim{uid}_", f"sim/{uid}/"
+    return os.environ.get(SHM_PREFIX_ENV) or f"sim{uid}_", f"sim/{uid}/"
 
 
 def root_store(store: dist.Store) -> dist.Store | None:

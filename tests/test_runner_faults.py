@@ -42,7 +42,7 @@ def test_capability_gaps_skip_or_are_not_observable_with_the_capability_named(po
     assert skip.outcome == "skip" and "split" in skip.detail
     hookless = {"backend": "plainccl", "module": "tests.vendor.plain_backend"}  # no probe of its own
     blind = run_case(pools, REQ["P2P-LAZY-PAIR-COMM"], "vendor", 2, target_options=hookless)
-    assert blind.outcome == "not-observable" and "observe:comms" in blind.detail
+    assert blind.outcome == "not-observable" and "observe:comm_created" in blind.detail
 
 
 def test_process_state_does_not_leak_between_checks(pools) -> None:

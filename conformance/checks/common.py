@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed, NotObservable
+from conformance.targets.base import ConfigPart, OptionsPart
 
 
 def group_shapes(world_size: int) -> dict[str, list[list[int]]]:
@@ -30,6 +31,24 @@ def group_shapes(world_size: int) -> dict[str, list[list[int]]]:
 def default_mode(ctx: CheckContext) -> str:
     """Eager when the target can bind a device, else lazy."""
     return "eager" if "device_binding" in ctx.target.capabilities else "lazy"
+
+
+def options_part(ctx: CheckContext) -> OptionsPart:
+    """The target's options part; the requirement must need capability ``options`` (which is that part)."""
+    part = ctx.target.parts.options
+    if part is None:
+        raise RuntimeError(f"{ctx.requirement.id}: the check uses the options part, but the requirement does not "
+                           f"need capability 'options' (target {ctx.target.name} has none)")
+    return part
+
+
+def config_part(ctx: CheckContext) -> ConfigPart:
+    """The target's config part; the requirement must need capability ``observe:config`` (which is that part)."""
+    part = ctx.target.parts.config
+    if part is None:
+        raise RuntimeError(f"{ctx.requirement.id}: the check uses the config part, but the requirement does not "
+                           f"need capability 'observe:config' (target {ctx.target.name} has none)")
+    return part
 
 
 def ranked_tensor(ctx: CheckContext, n: int = 8, dtype: torch.dtype = torch.float32, salt: int = 0) -> torch.Tensor:
@@ -75,8 +94,8 @@ def require_fields(ctx: CheckContext, events: list[dict[str, Any]], *fields: str
 
 def refusal_words(ctx: CheckContext, kind: str, *generic: str) -> tuple[str, ...]:
     """Words any one of which a refusal of ``kind`` must contain: the check's ``generic`` ones plus the
-    target's own wording (``Target.refusal_words[kind]``, e.g. NCCL's name for a config field)."""
-    return (*generic, *getattr(ctx.target, "refusal_words", {}).get(kind, ()))
+    target's own wording (``Traits.refusal_words[kind]``, e.g. NCCL's name for a config field)."""
+    return (*generic, *ctx.target.traits.refusal_words.get(kind, ()))
 
 
 TIMEOUT_WORDS = ("timed out", "timeout", "timing out", "deadline")

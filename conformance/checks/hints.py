@@ -7,7 +7,14 @@ from typing import Any
 
 import torch.distributed as dist
 
-from conformance.checks.common import expect_allreduce_members, expect_raises, positive_control, refusal_words
+from conformance.checks.common import (
+    config_part,
+    expect_allreduce_members,
+    expect_raises,
+    options_part,
+    positive_control,
+    refusal_words,
+)
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.torchcomms_hints import HINT_KEYS
@@ -21,7 +28,7 @@ OPTIONS: dict[str, Any] = {
 
 
 def _config(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> dict[str, Any]:
-    config = ctx.target.effective_config(group)
+    config = config_part(ctx).effective(group, ctx.probe)
     if config is None:
         raise NotObservable(f"target {ctx.target.name} shows no communicator config for the group ({what})")
     return config
@@ -37,7 +44,7 @@ def expect_options(ctx: CheckContext, group: dist.ProcessGroup, what: str, expec
 @check("HINT-INIT-OPTIONS")
 def init_options(ctx: CheckContext) -> None:
     """Options given at init reach the world communicator."""
-    world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS))
+    world = ctx.init_world("eager", pg_options=options_part(ctx).make(**OPTIONS))
     expect_options(ctx, world, "init_process_group(pg_options=...)", OPTIONS)
 
 
@@ -47,7 +54,7 @@ def newgroup_options(ctx: CheckContext) -> None:
     afterwards (and passing it to a second group) leaves the first group's config alone."""
     ctx.init_world("eager")
     ranks = list(range(ctx.world_size))
-    options = ctx.target.make_options(**OPTIONS)
+    options = options_part(ctx).make(**OPTIONS)
     group = dist.new_group(ranks, pg_options=options)
     expect_options(ctx, group, "new_group(pg_options=...)", OPTIONS)
     expect_allreduce_members(ctx, group, ranks, "new_group with options")
@@ -67,7 +74,7 @@ def lazy_subgroup_options(ctx: CheckContext) -> None:
     world = ctx.init_world("lazy")
     ranks = list(range(ctx.world_size))
     upper = ranks[1:] or ranks
-    groups = [(what, dist.new_group(members, pg_options=ctx.target.make_options(**OPTIONS)), members)
+    groups = [(what, dist.new_group(members, pg_options=options_part(ctx).make(**OPTIONS)), members)
               for what, members in (("whole-world subgroup", ranks), (f"subgroup {upper}", upper))]
     expect_allreduce_members(ctx, world, ranks, "lazy world")
     for what, group, members in groups:
@@ -83,22 +90,19 @@ def lazy_subgroup_options(ctx: CheckContext) -> None:
 def split_options(ctx: CheckContext) -> None:
     """Options given to split_group reach the child communicator."""
     ctx.init_world("eager")
-    child = dist.split_group(split_ranks=[list(range(ctx.world_size))], pg_options=ctx.target.make_options(**OPTIONS))
+    child = dist.split_group(split_ranks=[list(range(ctx.world_size))], pg_options=options_part(ctx).make(**OPTIONS))
     expect_options(ctx, child, "split_group(pg_options=...)", OPTIONS)
 
 
 @check("HINT-SPLIT-INHERIT-COPY")
 def split_inherit_copy(ctx: CheckContext) -> None:
     """A child split without options copies the parent's; changing it leaves the parent alone."""
-    world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS))
+    world = ctx.init_world("eager", pg_options=options_part(ctx).make(**OPTIONS))
     child = dist.split_group(split_ranks=[list(range(ctx.world_size))])
     expect_options(ctx, child, "split_group child without options", OPTIONS)
-    try:
-        ctx.target.mutate_options(child, max_ctas=OPTIONS["max_ctas"] + 1, net_name="changed-by-child")
-        parent = ctx.target.options_fields(world)
-        mutated = ctx.target.options_fields(child)
-    except NotImplementedError as exc:
-        raise NotObservable(str(exc)) from None
+    options_part(ctx).mutate(child, max_ctas=OPTIONS["max_ctas"] + 1, net_name="changed-by-child")
+    parent = options_part(ctx).fields(world)
+    mutated = options_part(ctx).fields(child)
     positive_control(ctx, mutated.get("net_name") == "changed-by-child",
                      "the change made to the child's options object in the child's own options")
     changed = {k: parent.get(k) for k in ("max_ctas", "net_name") if parent.get(k) != OPTIONS[k]}
@@ -109,7 +113,7 @@ def split_inherit_copy(ctx: CheckContext) -> None:
 def torchcomms_options(ctx: CheckContext) -> None:
     """On the torchcomms path, options arrive as hints under names torchcomms reads (or are refused)."""
     try:
-        world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS), path="torchcomms")
+        world = ctx.init_world("eager", pg_options=options_part(ctx).make(**OPTIONS), path="torchcomms")
     except (ValueError, TypeError, NotImplementedError) as exc:
         if not any(key in str(exc) for keys in HINT_KEYS.values() for key in keys) and "pg_options" not in str(exc):
             raise CheckFailed(f"rank {ctx.rank}: init on the torchcomms path raised {type(exc).__name__}: {exc}, "
@@ -144,7 +148,7 @@ def invalid_refused(ctx: CheckContext) -> None:
         ctx.note("hint values not checked: the target's options have no hints map")
     for fields, key, value in cases:
         expect_raises(ctx, f"new_group with invalid option {fields}",
-                      lambda f=fields: dist.new_group(ranks, pg_options=ctx.target.make_options(**f)),
+                      lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),
                       (ValueError, TypeError, RuntimeError), (value, refusal_words(ctx, key, key)))
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "world after refused options")
 
@@ -157,7 +161,7 @@ def unknown_warn(ctx: CheckContext) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         hints = {"bogusHint": "1", "netName": OPTIONS["net_name"]}
-        group = dist.new_group(ranks, pg_options=ctx.target.make_options(hints=hints))
+        group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=hints))
     named = [str(w.message) for w in caught if "bogusHint" in str(w.message)]
     ctx.expect(len(named) >= 1, "warnings naming the unknown hint 'bogusHint'", ">= 1",
                [str(w.message) for w in caught])
@@ -170,9 +174,9 @@ def unknown_warn(ctx: CheckContext) -> None:
 @check("HINT-DEVICE-SCOPE")
 def device_scope(ctx: CheckContext) -> None:
     """Options meant for the accelerator backend do not reach the cpu sibling."""
-    world = ctx.init_world("eager", pg_options=ctx.target.make_options(**OPTIONS))
+    world = ctx.init_world("eager", pg_options=options_part(ctx).make(**OPTIONS))
     expect_options(ctx, world, "accelerator backend", OPTIONS)
-    cpu_config = ctx.target.effective_config_for(world, "cpu")
+    cpu_config = config_part(ctx).for_device(world, "cpu")
     if cpu_config is None:
         raise NotObservable(f"target {ctx.target.name} cannot report the cpu backend's options")
     leaked = {k: v for k, v in (cpu_config or {}).items() if k in OPTIONS and v == OPTIONS[k]}

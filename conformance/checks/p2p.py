@@ -28,6 +28,7 @@ from conformance.checks.common import (
 )
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import NotObservable, Skipped
+from conformance.probe import observing
 
 
 def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int,
@@ -153,7 +154,7 @@ def stderr_lines(enabled: bool) -> Iterator[list[str]]:
 
 def is_lazy_p2p_warning(message: str, words: tuple[str, ...] | None) -> bool:
     """Whether ``message`` is the lazy-P2P warning: it contains every one of the target's ``words``
-    (``Target.lazy_p2p_warning``), or, for a target that names none, recommends a device binding."""
+    (``Traits.lazy_p2p_warning``), or, for a target that names none, recommends a device binding."""
     if words:
         return all(w in message for w in words)
     low = message.lower()
@@ -165,26 +166,26 @@ def lazy_warn_once(ctx: CheckContext) -> None:
     """Lazy init: one warning about the per-pair communicators P2P creates, never one per op.
 
     P2P runs on the world, then on a new_group of every rank. A target warns once per group (the default) or,
-    where its backend promises only that, once per process (``Target.lazy_p2p_warning_scope = "process"``:
+    where its backend promises only that, once per process (``Traits.lazy_p2p_warning_scope = "process"``:
     ProcessGroupNCCL's TORCH_WARN_ONCE, which c10 prints to stderr, so such a target also sets
     ``warnings_on_stderr`` and runs this check in fresh rank processes). A backend that makes no pair
     communicators (its group communicator serves P2P, as gloo's full mesh does) has nothing to warn about: the
     requirement does not apply, shown by a probe that saw the world's communicator being made.
     """
     ctx.init_world("lazy")
-    words = getattr(ctx.target, "lazy_p2p_warning", None)
-    per_process = getattr(ctx.target, "lazy_p2p_warning_scope", "group") == "process"
+    words = ctx.target.traits.lazy_p2p_warning
+    per_process = ctx.target.traits.lazy_p2p_warning_scope == "process"
     group = dist.new_group(list(range(ctx.world_size)))
     since = ctx.probe.mark()
     counts: list[tuple[str, int]] = []
     for what, pg in (("the world", None), ("a new_group of every rank", group)):
-        with stderr_lines(getattr(ctx.target, "warnings_on_stderr", False)) as err, \
+        with stderr_lines(ctx.target.traits.warnings_on_stderr) as err, \
                 warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for salt in range(3):
                 _exchange(ctx, all_pairs(ctx.world_size), salt=salt, group=pg)
         counts.append((what, len([m for m in [str(w.message) for w in caught] + err if is_lazy_p2p_warning(m, words)])))
-    if "observe:comms" in ctx.target.capabilities and not any(
+    if observing("comm_created") in ctx.target.capabilities and not any(
             e.get("mode") == "p2p" for e in new_comms(ctx, since)) and sum(n for _, n in counts) == 0:
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
         raise Skipped(f"target {ctx.target.name} made no per-pair communicators for lazy P2P and warned nothing: "
@@ -268,13 +269,13 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
 def mismatch(ctx: CheckContext) -> None:
     """Size or dtype mismatch between send and recv: an error, never silent data.
 
-    On a target whose ``wait()`` only orders device streams (``Target.p2p_wait_timeout_s`` set, e.g.
+    On a target whose ``wait()`` only orders device streams (``Traits.p2p_wait_timeout_s`` set, e.g.
     NCCL) the recv is waited on with that timeout, so a receive the device never completes raises
     instead of looking done; such a target runs this check in rank processes of its own, and after
     the first refusal the communicator may be unusable, so the remaining cases are not tried.
     """
     ctx.init_world(default_mode(ctx))
-    wait_s = getattr(ctx.target, "p2p_wait_timeout_s", None)
+    wait_s = ctx.target.traits.p2p_wait_timeout_s
 
     def wait(work: dist.Work) -> None:
         if wait_s is None:

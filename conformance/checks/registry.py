@@ -12,7 +12,7 @@ import torch.distributed as dist
 from conformance.outcomes import CheckFailed
 from conformance.probe import Probe
 from conformance.spec import AREAS, Requirement, SpecError
-from conformance.targets.base import Target, WorldSpec
+from conformance.targets.base import Driver, WorldSpec
 
 CheckFn = Callable[["CheckContext"], None]
 _REGISTRY: dict[str, CheckFn] = {}
@@ -56,7 +56,7 @@ class CheckContext:
 
     rank: int
     world_size: int
-    target: Target
+    target: Driver
     store: dist.Store
     requirement: Requirement
     timeout_s: float

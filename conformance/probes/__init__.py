@@ -13,6 +13,10 @@ Python warning, which a check records itself with ``warnings.catch_warnings`` (t
 silences warnings a check does not catch, so a recording hook would see nothing). Warnings
 raised on a backend's own threads only reach stderr and are not observable.
 
+To add a probe: write its module here (a ``RecordingProbe`` subclass with ``observes`` and, where
+it needs them, ``start``, ``attach_store``, ``world_created`` and ``close``) and add one line to
+``PROBES``; a target starts it by listing the name in ``Target.probes``.
+
 ``combine`` joins them with a backend's own probe: for each event kind the first part that
 observes it answers. Every part exposes ``control_missing(kind)``: None when the probe has
 seen, in this run, the positive control for that kind (e.g. the world communicator being
@@ -20,6 +24,26 @@ made), else a sentence saying what it did not see; a check that asserts absence 
 missing control into not-observable.
 """
 
+from __future__ import annotations
+
+import importlib
+
 from conformance.probes.base import CombinedProbe, RecordingProbe, combine
 
-__all__ = ["CombinedProbe", "RecordingProbe", "combine"]
+# The outside probes a target can name in ``Target.probes``: name -> "module:class".
+PROBES: dict[str, str] = {
+    "launches": "conformance.probes.launches:LaunchProbe",
+    "store": "conformance.probes.store:StoreProbe",
+}
+
+
+def probe_class(name: str) -> type[RecordingProbe]:
+    """The probe class registered as ``name``."""
+    path = PROBES.get(name)
+    if path is None:
+        raise ValueError(f"unknown probe {name!r}; known probes: {', '.join(PROBES)}")
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+__all__ = ["PROBES", "CombinedProbe", "RecordingProbe", "combine", "probe_class"]

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch.distributed as dist
+
 from conformance.probe import Event
 
 
 class RecordingProbe:
-    """A probe that keeps its events in a list; subclasses call ``record`` and may override ``flush``."""
+    """A probe that keeps its events in a list; subclasses call ``record`` and may override ``flush``.
+
+    Its life on a rank, driven by conformance.targets.base.Driver: ``start()`` before the check,
+    ``attach_store(store)`` and ``world_created(world)`` around ``init_process_group``, ``close()``
+    after the check. Each is a no-op unless the probe needs it.
+    """
 
     observes: frozenset[str] = frozenset()
 
@@ -20,6 +27,17 @@ class RecordingProbe:
         event = {"kind": kind, **fields}
         self._events.append(event)
         return event
+
+    def start(self) -> RecordingProbe:
+        """Install whatever the probe watches with; returns the probe."""
+        return self
+
+    def attach_store(self, store: dist.Store) -> dist.Store:
+        """The store ``init_process_group`` gets: ``store`` itself, or a wrapper that watches it."""
+        return store
+
+    def world_created(self, world: dist.ProcessGroup) -> None:
+        """Called with the default group once ``init_process_group`` returned."""
 
     def flush(self) -> None:
         """Bring lazily gathered events up to date (a no-op unless a subclass gathers lazily)."""

@@ -1,6 +1,6 @@
 """Launches seen from outside the backend: one ``launch`` event per front-end call into it.
 
-Two sources, both installed by ``LaunchProbe.install()`` and removed by ``close()``:
+Two sources, both installed by ``LaunchProbe.start()`` and removed by ``close()``:
 
 1. torch's dispatcher. Every collective and P2P call on a C++ process group reaches the
    backend through a ``c10d::`` dispatcher op (``c10d::allreduce_``,
@@ -106,7 +106,7 @@ class LaunchProbe(RecordingProbe):
         self._wrapped: list[tuple[type, str, Any]] = []
         self._depth = threading.local()
 
-    def install(self) -> LaunchProbe:
+    def start(self) -> LaunchProbe:
         """Start watching the dispatcher on this thread."""
         if self._mode is None:
             self._mode = _Dispatch(self._from_dispatcher)
@@ -123,6 +123,10 @@ class LaunchProbe(RecordingProbe):
                     ops=_count(args[0]) if args else 0, stream=None,
                     device=tensors[0].device.type if tensors else None, backend=None,
                     coalesced="coalesced" in func, source="dispatcher")
+
+    def world_created(self, world: dist.ProcessGroup) -> None:
+        """Watch the world's class when it is a Python backend."""
+        self.watch_class(type(world))
 
     def watch_class(self, cls: type) -> None:
         """Wrap the collective and P2P methods ``cls`` (a Python ProcessGroup subclass) defines in Python."""

@@ -43,6 +43,16 @@ class StoreProbe(RecordingProbe):
     def __init__(self) -> None:
         super().__init__()
         self._pending: dict[str, dict[str, Any]] = {}
+        self._store: RecordingStore | None = None
+
+    def attach_store(self, store: dist.Store) -> dist.Store:
+        """A RecordingStore over ``store``, kept here: torch keeps only its C++ half alive."""
+        self._store = RecordingStore(store, self)
+        return self._store
+
+    def close(self) -> None:
+        """Let go of the store."""
+        self._store = None
 
     def saw_key(self, op: str, key: str) -> None:
         """Called by RecordingStore for every key this rank sets or reads."""

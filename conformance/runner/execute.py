@@ -66,7 +66,7 @@ def run_check(
     """
     started = time.perf_counter()
     state = ProcessState.capture()
-    target = make_target(target_name, target_options)
+    target = make_target(target_name, target_options).driver()
     outcome, detail, tb = Outcome.PASS, "", ""
     ctx = None
     try:
@@ -82,7 +82,7 @@ def run_check(
     except NotObservable as exc:
         outcome, detail = Outcome.NOT_OBSERVABLE, str(exc)
     except Skipped as exc:
-        declared = sorted(set(requirement.capabilities) & getattr(target, "declared_capabilities", frozenset()))
+        declared = sorted(set(requirement.capabilities) & target.target.declared)
         if declared:  # declared capabilities are verified, not trusted
             outcome, detail = Outcome.FAIL, f"rank {rank}: declared capability {', '.join(declared)} but: {exc}"
         else:

@@ -25,12 +25,10 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
              world_size: int) -> tuple[Outcome, str] | None:
     """An outcome decided without running anything (unavailable target, missing capability), or None."""
     target = make_target(target_name, target_options)
-    reason = target.unavailable_reason()
-    if reason is None and hasattr(target, "unavailable_reason_for"):
-        reason = target.unavailable_reason_for(world_size)
+    reason = target.unavailable_reason(world_size)
     if reason:
         reason = f"target {target_name} unavailable: {reason}"
-    elif inapplicable := getattr(target, "not_applicable", {}).get(requirement.id):
+    elif inapplicable := target.not_applicable.get(requirement.id):
         reason = f"requirement does not apply on target {target_name}: {inapplicable}"
     if reason:
         return Outcome.SKIP, reason
@@ -104,8 +102,9 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
     start_method = GPU_START_METHOD if target.gpu else None
     # A target names the checks that must not share rank processes (a once-per-process warning, a
     # possible device hang): those get a pool of their own, closed after the check.
-    isolated = requirement.id in getattr(target, "fresh_process_checks", ())
+    isolated = requirement.id in target.fresh_process_checks
     pool = pools.fresh(world_size, start_method) if isolated else pools.get(world_size, start_method)
+    pool.on_kill(target_name, target.cleanup)  # what killed ranks of this target leave behind
     try:
         reports = pool.run(
             task,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import glob
 import itertools
 import os
 import shutil
@@ -161,11 +160,12 @@ class RankPool:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
         self.world_size = world_size
         self.pool_id = next(_pool_ids)
-        self.shm_prefix = f"cfm{os.getpid()}p{self.pool_id}_"
+        self.scratch = f"cfm{os.getpid()}p{self.pool_id}_"  # worker.SCRATCH_ENV in the ranks
         self.rebuilds = 0
         self._ctx = multiprocess.get_context(start_method)
-        self._env = {**(env or {}), worker.SHM_PREFIX_ENV: self.shm_prefix}
-        self._stack_dir = tempfile.mkdtemp(prefix=f"{self.shm_prefix}stacks-")
+        self._env = {**(env or {}), worker.SCRATCH_ENV: self.scratch}
+        self._cleanups: dict[str, Callable[[str], None]] = {}
+        self._stack_dir = tempfile.mkdtemp(prefix=f"{self.scratch}stacks-")
         self._workers: list[_Worker] = []
         self._store: dist.TCPStore | None = None
         self._run_ids = itertools.count()
@@ -246,8 +246,13 @@ class RankPool:
                 reason = _exit_reason(dead[0].process.exitcode)
                 raise RuntimeError(f"rank {dead[0].rank} of a new pool died at start ({reason})")
 
+    def on_kill(self, name: str, cleanup: Callable[[str], None]) -> None:
+        """After every kill, call ``cleanup(self.scratch)`` (one per ``name``: a target's ``cleanup``), so
+        that what the ranks left outside themselves under the scratch name is removed."""
+        self._cleanups[name] = cleanup
+
     def _kill(self) -> None:
-        """Kill every worker (SIGTERM, then SIGKILL), drop the store, remove this pool's shm files.
+        """Kill every worker (SIGTERM, then SIGKILL), drop the store, run the cleanups (``on_kill``).
 
         Safe to call again after an interrupted call (a Process already closed is skipped).
         """
@@ -272,12 +277,11 @@ class RankPool:
                 os.unlink(w.stack_path)
         self._workers = []
         self._store = None
-        for path in glob.glob(f"/dev/shm/{glob.escape(self.shm_prefix)}*"):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        for cleanup in list(self._cleanups.values()):
+            cleanup(self.scratch)
 
     def close(self) -> None:
-        """Terminate the workers, join them and remove this pool's shm and stack files."""
+        """Terminate the workers, join them, run the cleanups and remove this pool's stack files."""
         self._closed = True
         self._kill()
         shutil.rmtree(self._stack_dir, ignore_errors=True)

@@ -25,7 +25,9 @@ import torch
 import torch.distributed as dist
 
 LOOPBACK = "127.0.0.1"
-SHM_PREFIX_ENV = "CONFORMANCE_SHM_PREFIX"
+# A name prefix unique to the rank pool, set in every rank: a target names what its ranks leave outside
+# themselves (shared memory, files) with it, and its ``cleanup(prefix)`` removes that after a kill.
+SCRATCH_ENV = "CONFORMANCE_SCRATCH"
 WATCH_THREAD_NAME = "cfm-parent-watch"
 _PARENT_POLL_S = 0.2
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}

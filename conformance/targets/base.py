@@ -1,23 +1,39 @@
-"""The target interface: how to init a world on a stack, and what it can observe."""
+"""A target in two halves: the description the parent reads, and the driver each rank runs.
+
+Parent side, ``Target``: made from the target's options without changing the process (no probe
+started, no world made, no device initialised): whether it can run here, what it can do
+(``capabilities``: its ``features``, its ``parts`` and what its probes observe), what it
+declares and must prove (``declared``), requirements that do not apply to it, its environment,
+its pytest markers, and how to clean up after a killed world (``cleanup``).
+
+Rank side, ``Driver`` (``Target.driver()``, one per rank process and check): set the rank up,
+init a world, the rank's device, the probe, teardown.
+
+An optional ability is a part (``Parts``): a target has it exactly when the part is not None,
+and the capability it grants is derived from that, never declared beside it.
+"""
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar, Protocol
 
 import torch
 import torch.distributed as dist
 
-from conformance.probe import NullProbe, Probe
+from conformance.probe import EVENT_KINDS, Probe, observing
+from conformance.probes import CombinedProbe, combine, probe_class
 
-# Capabilities a requirement can need. "observe:*" ones are about what the probe can see:
-# a target without one reports not-observable; without any other one it reports skip.
+# Capabilities a requirement can need. "observe:*" ones are about what can be observed: a target
+# without one reports not-observable; without any other one it reports skip.
 CAPABILITIES: dict[str, str] = {
     "device_binding": "an eager device binding at init (device_id)",
     "split": "torch.distributed.split_group on a bound parent",
-    "options": "process-group options objects carrying NCCL-style fields",
+    "options": "process-group options objects carrying NCCL-style fields (the options part)",
     "hints": "a hints map (torchcomms CommOptions.hints names) on the options object",
     "multi_device": "two device types in one process group",
     "custom_backend": "registering an out-of-tree backend in the rank processes",
@@ -25,11 +41,11 @@ CAPABILITIES: dict[str, str] = {
     "coalesced_p2p": "batch_isend_irecv coalesced into one backend launch",
     "p2p_tags": "send/recv tags that select among messages (NCCL ignores tags)",
     "p2p_any_source": "recv(src=None) from whichever peer sends",
-    "observe:comms": "communicator creation events",
-    "observe:launches": "op launch events (per communicator and stream)",
-    "observe:config": "the effective config of a communicator",
-    "observe:warnings": "warnings issued by the backend",
+    **{observing(kind): f"the probe's {kind} events (conformance.probe)" for kind in EVENT_KINDS},
+    "observe:config": "the effective config of a communicator (the config part)",
 }
+# Capabilities a target may name among its features (the rest come from its parts and its probe).
+FEATURES = frozenset(c for c in CAPABILITIES if not c.startswith("observe:") and c != "options")
 
 
 @dataclass
@@ -42,20 +58,97 @@ class WorldSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class Target(abc.ABC):
-    """An adapter for one stack. One instance per rank process."""
+class OptionsPart(Protocol):
+    """The backend's options object (capability ``options``)."""
 
-    name: str = ""
-    gpu: bool = False
+    def make(self, **fields: Any) -> Any:
+        """An options object from NCCL-style fields (is_high_priority_stream, max_ctas, ...) and ``hints``."""
+
+    def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        """The NCCL-style fields of ``group``'s own options object (not what reached the communicator)."""
+
+    def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        """Change fields of ``group``'s options object in place (to test copy-vs-alias)."""
+
+
+class ConfigPart(Protocol):
+    """The effective config a communicator got (capability ``observe:config``).
+
+    Both methods answer None when this group (or device type) shows no communicator config.
+    """
+
+    def effective(self, group: dist.ProcessGroup, probe: Probe) -> dict[str, Any] | None:
+        """The effective communicator config of ``group``."""
+
+    def for_device(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
+        """The config of ``group``'s backend for one device type (multi-device groups)."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A target's optional abilities: a part that is None is an ability the target lacks."""
+
+    options: OptionsPart | None = None
+    config: ConfigPart | None = None
+
+
+@dataclass(frozen=True)
+class Traits:
+    """How a stack words and scopes what checks look for; the defaults suit a quiet CPU stack."""
+
+    # Words a refusal of a kind may use instead of the check's generic ones (checks.common.refusal_words).
+    refusal_words: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # What the lazy-P2P warning says (None: the check's generic words), and whether it comes once per
+    # "group" or once per "process"; whether it reaches stderr rather than Python's warnings.
+    lazy_p2p_warning: tuple[str, ...] | None = None
+    lazy_p2p_warning_scope: str = "group"
+    warnings_on_stderr: bool = False
+    # Where wait() only orders device streams: how long P2P-MISMATCH waits on a receive (None: plain wait()).
+    p2p_wait_timeout_s: float | None = None
+
+
+class Target(abc.ABC):
+    """Parent side of one stack: built from its options, never changes the process it runs in."""
+
+    name: ClassVar[str] = ""
+    gpu: ClassVar[bool] = False
+    # Non-observation capabilities the stack has (names from FEATURES).
+    features: ClassVar[frozenset[str]] = frozenset()
+    # The outside probes (names in conformance.probes.PROBES) the driver starts on every rank.
+    probes: ClassVar[tuple[str, ...]] = ()
+    traits: ClassVar[Traits] = Traits()
+    # Requirements about another design than this stack's, each with what holds here instead.
+    not_applicable: Mapping[str, str] = MappingProxyType({})
+    # Checks that must get rank processes of their own (conformance.runner.orchestrate.run_case).
+    fresh_process_checks: ClassVar[frozenset[str]] = frozenset()
+    parts: Parts = Parts()
 
     @abc.abstractmethod
-    def unavailable_reason(self) -> str | None:
-        """None when this target can run here, else one line saying why not."""
+    def unavailable_reason(self, world_size: int = 1) -> str | None:
+        """None when this target can run a world of ``world_size`` here, else one line saying why not."""
+
+    @abc.abstractmethod
+    def driver(self) -> Driver:
+        """The rank-side driver (made in a rank process, once per check)."""
 
     @property
-    @abc.abstractmethod
+    def observes(self) -> frozenset[str]:
+        """Event kinds the driver's probe records: its outside probes' (see conformance.probes), and
+        warnings, which a check records itself (Python warnings, or stderr per ``traits``)."""
+        return frozenset({"warning"}).union(*(probe_class(p).observes for p in self.probes))
+
+    @property
+    def declared(self) -> frozenset[str]:
+        """Capabilities declared rather than built in: verified, not trusted (a skip among them fails)."""
+        return frozenset()
+
+    @property
     def capabilities(self) -> frozenset[str]:
-        """The entries of CAPABILITIES this target has."""
+        """The features, one per present part, and ``observe:<kind>`` per kind the probe records."""
+        parts = {"options"} if self.parts.options is not None else set()
+        if self.parts.config is not None:
+            parts.add("observe:config")
+        return frozenset(self.features | parts | {observing(k) for k in self.observes})
 
     @property
     def default_backend(self) -> str:
@@ -71,8 +164,69 @@ class Target(abc.ABC):
         """The device this rank's tensors live on."""
         return torch.device("cpu")
 
-    def setup(self, rank: int, world_size: int) -> None:  # noqa: B027 - optional hook
-        """Prepare the rank process before a check (register backends, env vars)."""
+    def environment(self) -> dict[str, Any]:
+        """Versions that identify the stack (for the report fingerprint)."""
+        return {}
+
+    def cleanup(self, scratch: str) -> None:  # noqa: B027 - optional hook
+        """Remove what killed rank processes of this target left outside themselves.
+
+        ``scratch`` is the name prefix the runner gave those processes (conformance.runner.worker.
+        ``SCRATCH_ENV``); called by the runner after it killed them. Default: nothing to remove.
+        """
+
+
+class Driver(abc.ABC):
+    """Rank side of a target: one per rank process and check."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._probe: CombinedProbe | None = None
+        self._outside: list[Any] = []
+
+    # What checks read of the description, for brevity (``ctx.target.name``, ...).
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self.target.capabilities
+
+    @property
+    def parts(self) -> Parts:
+        return self.target.parts
+
+    @property
+    def traits(self) -> Traits:
+        return self.target.traits
+
+    @property
+    def default_backend(self) -> str:
+        return self.target.default_backend
+
+    @property
+    def device_types(self) -> tuple[str, ...]:
+        return self.target.device_types
+
+    def device(self, rank: int) -> torch.device:
+        """The device this rank's tensors live on."""
+        return self.target.device(rank)
+
+    def setup(self, rank: int, world_size: int) -> None:
+        """Prepare the rank process before a check and start the probe."""
+        self.probe()
+
+    def own_probe(self) -> Any:
+        """The backend's own probe, which wins the event kinds it shares with the outside probes (default none)."""
+        return None
+
+    def probe(self) -> CombinedProbe:
+        """This rank's probe: the backend's own, then the target's outside probes, started once per check."""
+        if self._probe is None:
+            self._outside = [probe_class(p)().start() for p in self.target.probes]
+            self._probe = combine(self.own_probe(), *self._outside)
+        return self._probe
 
     @abc.abstractmethod
     def init_world(
@@ -82,44 +236,28 @@ class Target(abc.ABC):
 
     def _init_default_group(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
                             timeout_s: float, device_id: torch.device | None = None) -> dist.ProcessGroup:
-        """init_process_group with the spec's backend (or the target's default) and options."""
+        """init_process_group with the spec's backend (or the target's default) and options, the store
+        passed through the probes that read it, and the world shown to the probes that watch it."""
         if spec.mode not in ("eager", "lazy"):
             raise ValueError(f"unknown world mode {spec.mode!r}; expected 'eager' or 'lazy'")
+        self.probe()
+        for outside in self._outside:
+            store = outside.attach_store(store)
         dist.init_process_group(
             backend=spec.backend or self.default_backend, store=store, rank=rank, world_size=world_size,
             timeout=timedelta(seconds=timeout_s), pg_options=spec.pg_options, device_id=device_id,
         )
-        return dist.group.WORLD
-
-    def make_options(self, **fields: Any) -> Any:
-        """A backend options object carrying NCCL-style fields (is_high_priority_stream, ...)."""
-        raise NotImplementedError(f"target {self.name} has no options object")
-
-    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
-        """The effective communicator config of ``group``, or None when not observable."""
-        return None
-
-    def effective_config_for(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
-        """The effective config of ``group``'s backend for one device type (multi-device groups)."""
-        return None
-
-    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
-        """The NCCL-style fields of ``group``'s own options object (not what reached the communicator)."""
-        raise NotImplementedError(f"target {self.name} cannot read a group's options object")
-
-    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
-        """Change fields of ``group``'s options object in place (to test copy-vs-alias)."""
-        raise NotImplementedError(f"target {self.name} cannot change a group's options")
-
-    def probe(self) -> Probe:
-        """This rank's probe."""
-        return NullProbe()
+        world = dist.group.WORLD
+        for outside in self._outside:
+            outside.world_created(world)
+        return world
 
     def teardown(self) -> None:
-        """Undo what init_world and setup did; called after every check."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-    def environment(self) -> dict[str, Any]:
-        """Versions that identify the stack (for the report fingerprint)."""
-        return {}
+        """Destroy the groups and stop the probe; called after every check."""
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        finally:
+            if self._probe is not None:
+                self._probe.close()
+            self._probe, self._outside = None, []

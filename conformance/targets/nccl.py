@@ -53,8 +53,8 @@ import torch.distributed as dist
 from conformance.gpu.devices import NvmlUnavailable, device_names, driver_version, visible_devices
 from conformance.gpu.flight_recorder import launch_events, load_dump
 from conformance.gpu.nccl_log import expand_debug_file, parse_nccl_log_file
-from conformance.probe import Event
-from conformance.targets.base import Target, WorldSpec
+from conformance.probe import Event, Probe
+from conformance.targets.base import Driver, Parts, Target, Traits, WorldSpec
 
 _OPTION_FIELDS = ("cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 _NCCL_CONFIG_UNDEF_INT = -(2**31)  # NCCL_CONFIG_UNDEF_INT: a config field left unset
@@ -200,51 +200,110 @@ class NcclProbe:
         return len(self._events)
 
 
+class NcclOptionsPart:
+    """ProcessGroupNCCL.Options: is_high_priority_stream and the NCCL config fields."""
+
+    def make(self, **fields: Any) -> Any:
+        """A ProcessGroupNCCL.Options with is_high_priority_stream and NCCL config fields set."""
+        opts = dist.ProcessGroupNCCL.Options()
+        for key, value in fields.items():
+            if key == "is_high_priority_stream":
+                opts.is_high_priority_stream = value
+            elif key in _OPTION_FIELDS:
+                setattr(opts.config, key, value)
+            else:
+                raise ValueError(
+                    f"ProcessGroupNCCL.Options has no field {key!r}; known: is_high_priority_stream, "
+                    + ", ".join(_OPTION_FIELDS)
+                )
+        return opts
+
+    def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        """The fields of the group's ProcessGroupNCCL.Options object; NCCL's 'unset' marker reads as None."""
+        opts = group._get_backend(torch.device("cuda")).options
+        config: dict[str, Any] = {"is_high_priority_stream": opts.is_high_priority_stream}
+        for key in _OPTION_FIELDS:
+            value = getattr(opts.config, key, None)
+            config[key] = None if value == _NCCL_CONFIG_UNDEF_INT else value
+        return config
+
+    def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        """Change fields of the group's ProcessGroupNCCL.Options in place."""
+        opts = group._get_backend(torch.device("cuda")).options
+        for key, value in fields.items():
+            setattr(opts if key == "is_high_priority_stream" else opts.config, key, value)
+
+
+class NcclConfigPart:
+    """What the NCCL log shows of a communicator's config (see NcclProbe)."""
+
+    def effective(self, group: dist.ProcessGroup, probe: Probe) -> dict[str, Any] | None:
+        """What the group's NCCL communicator logged of its config (NCCL logs only the fields a caller
+        set), or None when the log shows no communicator for the group. is_high_priority_stream is a
+        property of torch's streams, not of the communicator: it is read from the backend's options."""
+        logged = [e for e in probe.events("comm_created") if e.get("group") == group.group_name]
+        if not logged:
+            return None
+        config = {key: (logged[-1].get("config") or {}).get(key) for key in _OPTION_FIELDS}
+        config["is_high_priority_stream"] = NcclOptionsPart().fields(group)["is_high_priority_stream"]
+        return config
+
+    def for_device(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
+        """The public option fields of the group's backend for ``device_type`` (e.g. gloo's on cpu)."""
+        if device_type == "cuda":
+            return NcclOptionsPart().fields(group)
+        opts = group._get_backend(torch.device(device_type)).options
+        fields = {k: getattr(opts, k) for k in dir(opts) if not k.startswith("_") and not callable(getattr(opts, k))}
+        config = getattr(opts, "config", None)
+        if config is not None:
+            fields.update({k: getattr(config, k, None) for k in _OPTION_FIELDS})
+        return fields
+
+
 class NcclTarget(Target):
     """torch.distributed with ProcessGroupNCCL, one CUDA device per rank."""
 
     name = "nccl"
     gpu = True
+    features = frozenset({"device_binding", "split", "multi_device", "coalesced_p2p"})
+    parts = Parts(options=NcclOptionsPart(), config=NcclConfigPart())
+    device_types = ("cuda",)
+    default_backend = "cpu:gloo,cuda:nccl"
     # Whether this target's ops land in c10d's flight recorder (what _dump_nccl_trace reads).
     c10d_records_launches = True
     # Checks that get rank processes of their own (conformance.runner.orchestrate.run_case):
     # ProcessGroupNCCL's lazy-P2P warning is a TORCH_WARN_ONCE, printed once per process (see
-    # lazy_p2p_warning), and a size-mismatched send/recv can leave a kernel spinning on the device
+    # traits.lazy_p2p_warning), and a size-mismatched send/recv can leave a kernel spinning on the device
     # after wait() returned (wait() only orders streams), which would poison later checks.
     fresh_process_checks = frozenset({"P2P-LAZY-WARN-ONCE", "P2P-MISMATCH"})
-    # ProcessGroupNCCL's lazy-P2P warning: "... An unbatched P2P op (send/recv) was called on this
-    # ProcessGroup with size N.  In lazy initialization mode, this will result in a new 2-rank NCCL
-    # communicator to be created." (in torch 2.15.0's libtorch_cuda.so; a TORCH_WARN_ONCE, hence the
-    # "(function operator())" c10 prints after it). c10's default warning handler writes it to the
-    # process's stderr, not to Python's warnings: the check reads fd 2.
-    lazy_p2p_warning = ("lazy initialization mode", "2-rank")
-    warnings_on_stderr = True
-    lazy_p2p_warning_scope = "process"  # a TORCH_WARN_ONCE: once per process, whatever the group
-    # WorkNCCL.wait() only makes the current stream wait; given a timeout it blocks the host until the
-    # work completes and raises when it has not ("... milliseconds before timing out", torch 2.15.0
-    # libtorch_cuda.so). P2P-MISMATCH waits with this timeout so a receive that never completes is seen.
-    p2p_wait_timeout_s = 10.0
-    # How this stack words the refusals checks look for (conformance.checks.common.refusal_words):
-    # ProcessGroupNCCL refuses a strided P2P tensor with "Tensors for P2P must be non-overlapping and
-    # dense" (in torch 2.15.0's libtorch_cuda.so); NCCL refuses config with "Invalid config
-    # cgaClusterSize attribute value %d" and "Invalid config min/max channels attribute value %d/%d"
-    # (NCCL 2.30.7 src/init.cc:2320, 2328; 2.28.9 :1860, 1870), which torch passes on as "Last error".
-    refusal_words = {
-        "non-contiguous P2P": ("non-overlapping and dense",),
-        "cga_cluster_size": ("cgaClusterSize",),
-        "min_ctas": ("min/max channels", "minCTAs"),
-        "max_ctas": ("min/max channels", "maxCTAs"),
-    }
-
-    def __init__(self) -> None:
-        self._probe: NcclProbe | None = None
-
-    @property
-    def device_types(self) -> tuple[str, ...]:
-        return ("cuda",)
+    traits = Traits(
+        # ProcessGroupNCCL's lazy-P2P warning: "... An unbatched P2P op (send/recv) was called on this
+        # ProcessGroup with size N.  In lazy initialization mode, this will result in a new 2-rank NCCL
+        # communicator to be created." (in torch 2.15.0's libtorch_cuda.so; a TORCH_WARN_ONCE, hence the
+        # "(function operator())" c10 prints after it). c10's default warning handler writes it to the
+        # process's stderr, not to Python's warnings: the check reads fd 2.
+        lazy_p2p_warning=("lazy initialization mode", "2-rank"),
+        warnings_on_stderr=True,
+        lazy_p2p_warning_scope="process",  # a TORCH_WARN_ONCE: once per process, whatever the group
+        # WorkNCCL.wait() only makes the current stream wait; given a timeout it blocks the host until the
+        # work completes and raises when it has not ("... milliseconds before timing out", torch 2.15.0
+        # libtorch_cuda.so). P2P-MISMATCH waits with this timeout so a receive that never completes is seen.
+        p2p_wait_timeout_s=10.0,
+        # How this stack words the refusals checks look for (conformance.checks.common.refusal_words):
+        # ProcessGroupNCCL refuses a strided P2P tensor with "Tensors for P2P must be non-overlapping and
+        # dense" (in torch 2.15.0's libtorch_cuda.so); NCCL refuses config with "Invalid config
+        # cgaClusterSize attribute value %d" and "Invalid config min/max channels attribute value %d/%d"
+        # (NCCL 2.30.7 src/init.cc:2320, 2328; 2.28.9 :1860, 1870), which torch passes on as "Last error".
+        refusal_words={
+            "non-contiguous P2P": ("non-overlapping and dense",),
+            "cga_cluster_size": ("cgaClusterSize",),
+            "min_ctas": ("min/max channels", "minCTAs"),
+            "max_ctas": ("min/max channels", "maxCTAs"),
+        },
+    )
 
     @property
-    def not_applicable(self) -> dict[str, str]:
+    def not_applicable(self) -> dict[str, str]:  # type: ignore[override]
         """Requirements about ProcessGroupNCCL's per-pair design, when "nccl" is not ProcessGroupNCCL."""
         if not nccl_is_torchcomms_engine():
             return {}
@@ -253,12 +312,8 @@ class NcclTarget(Target):
                "communicators are its 'nccl-lazy' backend (set TORCH_DIST_USE_NCCL2=0 for ProcessGroupNCCL)")
         return {"P2P-LAZY-PAIR-COMM": why, "P2P-LAZY-WARN-ONCE": why}
 
-    def unavailable_reason(self) -> str | None:
-        """None when this torch has CUDA and NCCL and NVML shows a GPU; never initialises CUDA here."""
-        return self.unavailable_reason_for(1)
-
-    def unavailable_reason_for(self, world_size: int) -> str | None:
-        """As unavailable_reason, and also None only if this host has a GPU per local rank.
+    def unavailable_reason(self, world_size: int = 1) -> str | None:
+        """None when this torch has CUDA and NCCL and NVML shows a GPU per local rank; never initialises CUDA.
 
         Called in the parent of the rank pools, so it counts GPUs through NVML (see
         conformance.gpu.devices): a parent that called torch.cuda.is_available() poisons fork.
@@ -279,105 +334,17 @@ class NcclTarget(Target):
         return None
 
     @property
-    def capabilities(self) -> frozenset[str]:
-        """Binding, split, options, two device types; observation per the probe."""
-        caps = {"device_binding", "split", "options", "multi_device", "coalesced_p2p",
-                "observe:comms", "observe:config", "observe:warnings"}
-        if self.c10d_records_launches and flight_recorder_usable():
-            caps.add("observe:launches")
-        return frozenset(caps)
-
-    @property
-    def default_backend(self) -> str:
-        """Gloo for CPU tensors, NCCL for CUDA ones."""
-        return "cpu:gloo,cuda:nccl"
+    def observes(self) -> frozenset[str]:
+        """Communicators and warnings always; launches where the flight recorder shows this target's ops."""
+        launches = {"launch"} if self.c10d_records_launches and flight_recorder_usable() else set()
+        return frozenset({"comm_created", "warning", *launches})
 
     def device(self, rank: int) -> torch.device:
         """cuda:<local rank>."""
         return torch.device("cuda", local_rank(rank))
 
-    def setup(self, rank: int, world_size: int) -> None:
-        """Route NCCL's INIT/ENV log to a per-process file and enable the flight recorder."""
-        os.environ.setdefault("NCCL_DEBUG_FILE", str(_debug_file(rank)))
-        if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
-            os.environ["NCCL_DEBUG"] = "INFO"
-        subsys = {s for s in os.environ.get("NCCL_DEBUG_SUBSYS", "").upper().split(",") if s}
-        if "ALL" not in subsys:
-            os.environ["NCCL_DEBUG_SUBSYS"] = ",".join(sorted(subsys | {"INIT", "ENV"}))
-        if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:  # the name torch 2.13 deprecates
-            os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
-        log_path = Path(expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid()))
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._probe = NcclProbe(log_path, self.c10d_records_launches and flight_recorder_usable())
-
-    def init_world(
-        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
-    ) -> dist.ProcessGroup:
-        """init_process_group on the store; eager binds cuda:<local rank> as device_id."""
-        device = self.device(rank)
-        torch.cuda.set_device(device)
-        world = self._init_default_group(store, rank, world_size, spec, timeout_s,
-                                         device if spec.mode == "eager" else None)
-        self.probe().world_initialised(store, rank)
-        return world
-
-    def make_options(self, **fields: Any) -> Any:
-        """A ProcessGroupNCCL.Options with is_high_priority_stream and NCCL config fields set."""
-        opts = dist.ProcessGroupNCCL.Options()
-        for key, value in fields.items():
-            if key == "is_high_priority_stream":
-                opts.is_high_priority_stream = value
-            elif key in _OPTION_FIELDS:
-                setattr(opts.config, key, value)
-            else:
-                raise ValueError(
-                    f"ProcessGroupNCCL.Options has no field {key!r}; known: is_high_priority_stream, "
-                    + ", ".join(_OPTION_FIELDS)
-                )
-        return opts
-
-    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
-        """The fields of the group's ProcessGroupNCCL.Options object; NCCL's 'unset' marker reads as None."""
-        opts = group._get_backend(torch.device("cuda")).options
-        config: dict[str, Any] = {"is_high_priority_stream": opts.is_high_priority_stream}
-        for key in _OPTION_FIELDS:
-            value = getattr(opts.config, key, None)
-            config[key] = None if value == _NCCL_CONFIG_UNDEF_INT else value
-        return config
-
-    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
-        """What the group's NCCL communicator logged of its config (NCCL logs only the fields a caller
-        set), or None when the log shows no communicator for the group. is_high_priority_stream is a
-        property of torch's streams, not of the communicator: it is read from the backend's options."""
-        logged = [e for e in self.probe().events("comm_created") if e.get("group") == group.group_name]
-        if not logged:
-            return None
-        config = {key: (logged[-1].get("config") or {}).get(key) for key in _OPTION_FIELDS}
-        config["is_high_priority_stream"] = self.options_fields(group)["is_high_priority_stream"]
-        return config
-
-    def effective_config_for(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
-        """The public option fields of the group's backend for ``device_type`` (e.g. gloo's on cpu)."""
-        if device_type == "cuda":
-            return self.options_fields(group)
-        opts = group._get_backend(torch.device(device_type)).options
-        fields = {k: getattr(opts, k) for k in dir(opts) if not k.startswith("_") and not callable(getattr(opts, k))}
-        config = getattr(opts, "config", None)
-        if config is not None:
-            fields.update({k: getattr(config, k, None) for k in _OPTION_FIELDS})
-        return fields
-
-    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
-        """Change fields of the group's ProcessGroupNCCL.Options in place."""
-        opts = group._get_backend(torch.device("cuda")).options
-        for key, value in fields.items():
-            setattr(opts if key == "is_high_priority_stream" else opts.config, key, value)
-
-    def probe(self) -> NcclProbe:
-        """This rank's probe; setup() must have run."""
-        if self._probe is None:
-            raise RuntimeError(f"target {self.name}: probe() called before setup()")
-        return self._probe
+    def driver(self) -> NcclDriver:
+        return NcclDriver(self)
 
     def environment(self) -> dict[str, Any]:
         """torch, CUDA and NCCL versions, the driver and the GPU model (through NVML: no CUDA init here)."""
@@ -393,6 +360,52 @@ class NcclTarget(Target):
         except NvmlUnavailable:
             pass
         return env
+
+
+class NcclDriver(Driver):
+    """Routes NCCL's log to a per-process file, enables the flight recorder, binds cuda:<local rank>."""
+
+    target: NcclTarget
+
+    def __init__(self, target: NcclTarget) -> None:
+        super().__init__(target)
+        self._nccl: NcclProbe | None = None
+        self._set_up = False
+
+    def setup(self, rank: int, world_size: int) -> None:
+        """Route NCCL's INIT/ENV log to a per-process file and enable the flight recorder."""
+        os.environ.setdefault("NCCL_DEBUG_FILE", str(_debug_file(rank)))
+        if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+            os.environ["NCCL_DEBUG"] = "INFO"
+        subsys = {s for s in os.environ.get("NCCL_DEBUG_SUBSYS", "").upper().split(",") if s}
+        if "ALL" not in subsys:
+            os.environ["NCCL_DEBUG_SUBSYS"] = ",".join(sorted(subsys | {"INIT", "ENV"}))
+        if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:  # the name torch 2.13 deprecates
+            os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
+        self._set_up = True
+        super().setup(rank, world_size)
+
+    def own_probe(self) -> NcclProbe:
+        """The NCCL log and flight recorder reader (setup() has pointed NCCL's log at its file)."""
+        if not self._set_up:
+            raise RuntimeError(f"target {self.name}: probe() called before setup()")
+        log_path = Path(expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid()))
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._nccl = NcclProbe(log_path, "launch" in self.target.observes)
+        return self._nccl
+
+    def init_world(
+        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
+    ) -> dist.ProcessGroup:
+        """init_process_group on the store; eager binds cuda:<local rank> as device_id."""
+        device = self.device(rank)
+        torch.cuda.set_device(device)
+        world = self._init_default_group(store, rank, world_size, spec, timeout_s,
+                                         device if spec.mode == "eager" else None)
+        self.probe()
+        assert self._nccl is not None
+        self._nccl.world_initialised(store, rank)
+        return world
 
 
 def _visible_note() -> str:

@@ -1,4 +1,10 @@
-"""Find targets by name: the built-in ones, and vendors' through the `conformance.targets` entry points."""
+"""Find targets by name: the built-in ones, and vendors' through the `conformance.targets` entry points.
+
+A target is one file and one registration line: a module with a ``Target`` subclass (and its
+``Driver``, see conformance.targets.base), registered in-tree by a line in ``BUILTIN``, or from any
+installed package by one entry point in the group ``conformance.targets`` (``name = "module:Class"``,
+as examples/toyccl/pyproject.toml does).
+"""
 
 from __future__ import annotations
 
@@ -40,5 +46,6 @@ def target_class(name: str) -> type[Target]:
 
 
 def make_target(name: str, options: dict[str, Any] | None = None) -> Target:
-    """Instantiate target ``name`` with keyword ``options``; unknown names list the known ones."""
+    """The description of target ``name`` with keyword ``options`` (``.driver()`` is its rank side);
+    unknown names list the known ones."""
     return target_class(name)(**(options or {}))

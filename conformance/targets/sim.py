@@ -2,19 +2,49 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 import simulator
 from conformance.outcomes import Skipped
-from conformance.targets.base import Target, WorldSpec
+from conformance.probe import EVENT_KINDS, Probe
+from conformance.runner.worker import SCRATCH_ENV
+from conformance.targets.base import Driver, Parts, Target, WorldSpec
 from conformance.torch_compat import batch_coalesces_python_groups
+from simulator import shm
+from simulator.comm import SHM_PREFIX_ENV
 
-_CAPS = frozenset({
-    "device_binding", "split", "options", "hints", "custom_backend", "torchcomms", "p2p_tags", "p2p_any_source",
-    "observe:comms", "observe:launches", "observe:config", "observe:warnings",
+_FEATURES = frozenset({
+    "device_binding", "split", "hints", "custom_backend", "torchcomms", "p2p_tags", "p2p_any_source",
 })
+
+
+class SimOptionsPart:
+    """The simulator's SimOptions, on the group's cpu backend."""
+
+    def make(self, **fields: Any) -> simulator.SimOptions:
+        return simulator.SimOptions(**fields)
+
+    def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        return group._get_backend(torch.device("cpu")).options.as_config()
+
+    def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        options = group._get_backend(torch.device("cpu")).options
+        for key, value in fields.items():
+            setattr(options, key, value)
+
+
+class SimConfigPart:
+    """The config each simulator communicator records it was given."""
+
+    def effective(self, group: dist.ProcessGroup, probe: Probe) -> dict[str, Any] | None:
+        return group.effective_config() if isinstance(group, simulator.SimProcessGroup) else None
+
+    def for_device(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
+        return None  # one device type only: the simulator serves cpu
 
 
 class SimTarget(Target):
@@ -25,6 +55,8 @@ class SimTarget(Target):
     """
 
     name = "sim"
+    parts = Parts(options=SimOptionsPart(), config=SimConfigPart())
+    default_backend = "cpu:sim"
 
     def __init__(self, path: str = "nccl", defects: list[str] | tuple[str, ...] | str = ()) -> None:
         if isinstance(defects, str):  # from the CLI: --target-option defects=a,b
@@ -38,27 +70,51 @@ class SimTarget(Target):
         self.path = path
         self.defects = tuple(defects)
 
-    def unavailable_reason(self) -> str | None:
+    def unavailable_reason(self, world_size: int = 1) -> str | None:
         return None
 
     @property
-    def capabilities(self) -> frozenset[str]:
+    def features(self) -> frozenset[str]:  # type: ignore[override]
         # torch >= 2.14 coalesces batch_isend_irecv for a Python ProcessGroup such as the simulator's
-        return _CAPS | {"coalesced_p2p"} if batch_coalesces_python_groups() else _CAPS
+        return _FEATURES | {"coalesced_p2p"} if batch_coalesces_python_groups() else _FEATURES
 
     @property
-    def default_backend(self) -> str:
-        return "cpu:sim"
+    def observes(self) -> frozenset[str]:
+        """Every kind: the simulator records its own events (simulator.LOG)."""
+        return frozenset(EVENT_KINDS)
+
+    def driver(self) -> SimDriver:
+        return SimDriver(self)
+
+    def environment(self) -> dict[str, Any]:
+        return {"backend": "sim", "path": self.path, "defects": list(self.defects)}
+
+    def cleanup(self, scratch: str) -> None:
+        """Remove the shared-memory segments killed ranks left (the simulator names them with ``scratch``)."""
+        shm.sweep(scratch)
+
+
+class SimDriver(Driver):
+    """Registers the simulator in the rank, with the target's path and defects."""
+
+    target: SimTarget
 
     def setup(self, rank: int, world_size: int) -> None:
         simulator.LOG.clear()
-        self._registered = simulator.register(path=self.path, defects=self.defects)
+        scratch = os.environ.get(SCRATCH_ENV)
+        if scratch:  # the runner's name for what this rank leaves outside itself, which cleanup() removes
+            os.environ[SHM_PREFIX_ENV] = scratch
+        self._registered = simulator.register(path=self.target.path, defects=self.target.defects)
+        super().setup(rank, world_size)
+
+    def own_probe(self) -> simulator.events.EventLog:
+        return simulator.LOG
 
     def init_world(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
                    timeout_s: float) -> dist.ProcessGroup:
-        path = spec.extra.get("path", self.path)
+        path = spec.extra.get("path", self.target.path)
         if path != self._registered.path:  # the path is fixed when the backend is registered
-            self._registered = simulator.register(path=path, defects=self.defects)
+            self._registered = simulator.register(path=path, defects=self.target.defects)
         world = self._init_default_group(store, rank, world_size, spec, timeout_s)
         if spec.mode == "eager":
             if not isinstance(world, simulator.SimProcessGroup):
@@ -66,29 +122,9 @@ class SimTarget(Target):
             simulator.bind_device(world)
         return world
 
-    def make_options(self, **fields: Any) -> simulator.SimOptions:
-        return simulator.SimOptions(**fields)
-
-    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
-        return group.effective_config() if isinstance(group, simulator.SimProcessGroup) else None
-
-    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
-        return group._get_backend(self.device(0)).options.as_config()
-
-    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
-        options = group._get_backend(self.device(0)).options
-        for key, value in fields.items():
-            setattr(options, key, value)
-
-    def probe(self) -> simulator.events.EventLog:
-        return simulator.LOG
-
     def teardown(self) -> None:
         try:
             super().teardown()
         finally:
             simulator.unregister()
             simulator.faults.clear()
-
-    def environment(self) -> dict[str, Any]:
-        return {"backend": "sim", "path": self.path, "defects": list(self.defects)}

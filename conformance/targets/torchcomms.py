@@ -28,8 +28,9 @@ import torch
 import torch.distributed as dist
 import torch.distributed.config as dist_config
 
-from conformance.targets.base import WorldSpec
-from conformance.targets.nccl import NcclTarget
+from conformance.probe import Probe
+from conformance.targets.base import Parts, WorldSpec
+from conformance.targets.nccl import NcclConfigPart, NcclDriver, NcclOptionsPart, NcclTarget
 from conformance.torchcomms_hints import HINT_KEYS
 
 _TRUE = ("1", "true", "yes", "y")
@@ -70,10 +71,27 @@ def _hint_value(text: str) -> Any:
         return text
 
 
+class TorchcommsConfigPart(NcclConfigPart):
+    """The hints a group's torchcomms communicator got, read as option fields (module doc)."""
+
+    def effective(self, group: dist.ProcessGroup, probe: Probe) -> dict[str, Any] | None:
+        backend = group._get_backend(torch.device("cuda"))
+        if not hasattr(backend, "get_comm"):
+            return super().effective(group, probe)
+        hints = dict(backend.get_comm().get_options().hints)
+        config: dict[str, Any] = {"hints": hints}
+        for field, keys in HINT_KEYS.items():
+            raw = next((hints[k] for k in keys if k in hints), None)
+            config[field] = None if raw is None else _hint_value(raw)
+        return config
+
+
 class TorchcommsTarget(NcclTarget):
     """torch.distributed over torchcomms' nccl backend (torch's use_torchcomms path)."""
 
     name = "torchcomms"
+    features = NcclTarget.features | {"torchcomms"}
+    parts = Parts(options=NcclOptionsPart(), config=TorchcommsConfigPart())
     c10d_records_launches = False
     # Requirements about another design than this path's, with what holds here instead.
     not_applicable = {
@@ -87,7 +105,7 @@ class TorchcommsTarget(NcclTarget):
                                  "new_comm with its own device",
     }
 
-    def unavailable_reason(self) -> str | None:
+    def unavailable_reason(self, world_size: int = 1) -> str | None:
         """None when torchcomms imports with what torch needs, torch enabled it, and CUDA is usable."""
         try:
             importlib.import_module("torchcomms")
@@ -98,33 +116,10 @@ class TorchcommsTarget(NcclTarget):
             return f"torchcomms lacks what torch {torch.__version__} needs: {', '.join(missing)}"
         if not getattr(dist.distributed_c10d, "_TORCHCOMM_AVAILABLE", False):
             return f"torch {torch.__version__} did not enable its torchcomms path (its import of it failed)"
-        return super().unavailable_reason()
+        return super().unavailable_reason(world_size)
 
-    @property
-    def capabilities(self) -> frozenset[str]:
-        """The NCCL target's, plus the torchcomms path."""
-        return super().capabilities | {"torchcomms"}
-
-    def init_world(
-        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
-    ) -> dist.ProcessGroup:
-        """As NcclTarget, with use_torchcomms on and TORCHCOMM_RANK/SIZE seeded."""
-        dist_config.use_torchcomms = True
-        os.environ["TORCHCOMM_RANK"] = str(rank)
-        os.environ["TORCHCOMM_SIZE"] = str(world_size)
-        return super().init_world(store, rank, world_size, spec, timeout_s)
-
-    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
-        """The hints the group's torchcomms communicator got, read as option fields (module doc)."""
-        backend = group._get_backend(torch.device("cuda"))
-        if not hasattr(backend, "get_comm"):
-            return super().effective_config(group)
-        hints = dict(backend.get_comm().get_options().hints)
-        config: dict[str, Any] = {"hints": hints}
-        for field, keys in HINT_KEYS.items():
-            raw = next((hints[k] for k in keys if k in hints), None)
-            config[field] = None if raw is None else _hint_value(raw)
-        return config
+    def driver(self) -> TorchcommsDriver:
+        return TorchcommsDriver(self)
 
     def environment(self) -> dict[str, Any]:
         """The NCCL target's versions plus torchcomms'."""
@@ -134,3 +129,15 @@ class TorchcommsTarget(NcclTarget):
         except PackageNotFoundError:
             env["torchcomms"] = None
         return env
+
+
+class TorchcommsDriver(NcclDriver):
+    """As NcclDriver, with use_torchcomms on and TORCHCOMM_RANK/SIZE seeded."""
+
+    def init_world(
+        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
+    ) -> dist.ProcessGroup:
+        dist_config.use_torchcomms = True
+        os.environ["TORCHCOMM_RANK"] = str(rank)
+        os.environ["TORCHCOMM_SIZE"] = str(world_size)
+        return super().init_world(store, rank, world_size, spec, timeout_s)

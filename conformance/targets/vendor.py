@@ -13,7 +13,7 @@ shorthand for declaring the ``options`` capability).
 
 Declared capabilities are verified, not trusted: a check of a requirement that needs a
 declared capability runs, and a skip inside it is reported as a failure naming the capability
-(see ``declared_capabilities``).
+(see ``VendorTarget.declared``).
 
 On an accelerator, eager worlds pass ``device_id=<device>:<LOCAL_RANK>``. A CPU backend that
 declares ``device_binding`` gets the narrowest shim the simulator uses (simulator.shim): torch
@@ -25,9 +25,11 @@ current accelerator and refuses without one. Everything else torch does runs unc
 What the suite observes (conformance.probes, needing no cooperation): launches (torch's
 dispatcher for C++ backends, the backend class's methods for Python ones) and Python
 warnings. A module exposing ``conformance_probe()`` (an object with the
-conformance.probe.Probe protocol, called once per check, seeing what happens from then on)
-adds what it observes and wins the kinds it shares; ``conformance_effective_config(group)``
-(a dict or None) makes the effective config observable.
+conformance.probe.Probe protocol, called once per check on each rank, seeing what happens from
+then on; the parent calls it once to read its ``observes``) adds what it observes and wins the
+kinds it shares; ``conformance_effective_config(group)`` (a dict or None) is the config part
+(capability observe:config); a declared ``options`` capability is the options part, made by
+``options_factory`` or the module's ``conformance_make_options``.
 
 Declaring a target from the vendor's package: add an entry point in the group
 ``conformance.targets`` whose value is a Target subclass, typically a VendorTarget with
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from types import ModuleType
 from typing import Any
@@ -53,23 +55,15 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from conformance.outcomes import Skipped
-from conformance.probe import Probe
-from conformance.probes import CombinedProbe, combine
-from conformance.probes.launches import LaunchProbe
-from conformance.targets.base import CAPABILITIES, Target, WorldSpec
+from conformance.outcomes import NotObservable, Skipped
+from conformance.probe import EVENT_KINDS, Probe
+from conformance.targets.base import FEATURES, Driver, Parts, Target, WorldSpec
 from conformance.targets.nccl import local_rank
 from simulator.shim import cpu_device_types, python_backend_binding, virtual_accelerator, virtual_device
 
-_OBSERVE = {
-    "comm_created": "observe:comms",
-    "launch": "observe:launches",
-    "config_applied": "observe:config",
-    "warning": "observe:warnings",
-}
-# Declarable: every capability but what the probes decide.
-DECLARABLE = tuple(c for c in CAPABILITIES if not c.startswith("observe:"))
-# NCCL-style fields of an options object, as make_options takes them.
+# Declarable: every capability but what the parts and probes decide ("options" is the options part).
+DECLARABLE = tuple(sorted(FEATURES | {"options"}))
+# NCCL-style fields of an options object, as the options part makes and reads them.
 OPTION_FIELDS = ("is_high_priority_stream", "cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 
 
@@ -106,10 +100,60 @@ def _cpu_split() -> Any:
         dist.split_group = c10d.split_group = original
 
 
+class VendorOptionsPart:
+    """The vendor's options object: made by its factory, read and changed on the group's backend."""
+
+    def __init__(self, target: VendorTarget, factory: str | None) -> None:
+        self._target = target
+        self._factory = factory
+
+    def make(self, **fields: Any) -> Any:
+        """The options object, from ``options_factory`` or the module's ``conformance_make_options``."""
+        make = _load_callable(self._factory) if self._factory else self._target.hook("conformance_make_options")
+        if make is None:
+            raise RuntimeError(
+                f"backend {self._target.backend!r} declares capability 'options' but has no options factory (give "
+                f"options_factory=MODULE:FUNCTION or module {self._target.module!r}'s conformance_make_options)"
+            )
+        return make(**fields)
+
+    def _object(self, group: dist.ProcessGroup) -> Any:
+        device = group.bound_device_id or self._target.device(0)
+        options = getattr(group._get_backend(device), "options", None)
+        if options is None:  # the options the group got cannot be read back: not a failure of the backend
+            raise NotObservable(f"backend {self._target.backend!r} exposes no options object on its groups")
+        return options
+
+    def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
+        """The NCCL-style fields of the options object the group's backend holds."""
+        options = self._object(group)
+        return {k: getattr(options, k, getattr(getattr(options, "config", None), k, None)) for k in OPTION_FIELDS}
+
+    def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        """Set fields on the options object the group's backend holds."""
+        options = self._object(group)
+        for key, value in fields.items():
+            setattr(options if hasattr(options, key) else options.config, key, value)
+
+
+class VendorConfigPart:
+    """The module's ``conformance_effective_config(group)``."""
+
+    def __init__(self, read: Callable[[dist.ProcessGroup], dict[str, Any] | None]) -> None:
+        self._read = read
+
+    def effective(self, group: dist.ProcessGroup, probe: Probe) -> dict[str, Any] | None:
+        return self._read(group)
+
+    def for_device(self, group: dist.ProcessGroup, device_type: str) -> dict[str, Any] | None:
+        return None  # the hook reports the group's communicator, not one backend per device type
+
+
 class VendorTarget(Target):
     """An out-of-tree backend, registered by importing the vendor's module in each rank."""
 
     name = "vendor"
+    probes = ("launches",)
 
     def __init__(self, backend: str, module: str, device: str = "cpu", package: str | None = None,
                  options: bool | str = False, capabilities: str | Iterable[str] | None = None,
@@ -121,15 +165,12 @@ class VendorTarget(Target):
         declared = set(parse_capabilities(capabilities))
         if options is True or str(options).lower() in ("true", "1", "yes"):
             declared.add("options")
-        self.declared = frozenset(declared)
+        self._declared = frozenset(declared)
         self.options_factory = options_factory
-        self._probe: CombinedProbe | None = None
-        self._own: Any = None
-        self._launches: LaunchProbe | None = None
-        self._shim: contextlib.ExitStack | None = None
+        self._own_observes: frozenset[str] | None = None
 
     @property
-    def device_types(self) -> tuple[str, ...]:
+    def device_types(self) -> tuple[str, ...]:  # type: ignore[override]
         return (self.device_type,)
 
     @property
@@ -137,7 +178,7 @@ class VendorTarget(Target):
         """Whether the backend's device is an accelerator (anything but cpu)."""
         return self.device_type != "cpu"
 
-    def _import(self) -> ModuleType:
+    def import_module(self) -> ModuleType:
         """Import the vendor module; re-run it if the backend is not registered (a check undid it)."""
         mod = importlib.import_module(self.module)
         if not dist.is_backend_available(self.backend):
@@ -149,20 +190,17 @@ class VendorTarget(Target):
             )
         return mod
 
-    def _hook(self, name: str) -> Any:
-        return getattr(self._import(), name, None)
+    def hook(self, name: str) -> Any:
+        """The module's conformance hook ``name``, or None where the module has none."""
+        try:
+            return getattr(self.import_module(), name, None)
+        except Exception:  # noqa: BLE001 - an unimportable module is reported by unavailable_reason
+            return None
 
-    def _own_probe(self) -> Any:
-        """The module's ``conformance_probe()``, called once per target instance (it starts a fresh record)."""
-        if self._own is None:
-            make = self._hook("conformance_probe")
-            self._own = make() if make is not None else False
-        return self._own or None
-
-    def unavailable_reason(self) -> str | None:
+    def unavailable_reason(self, world_size: int = 1) -> str | None:
         """None when the module imports and registers the backend, and the device is present."""
         try:
-            self._import()
+            self.import_module()
         except Exception as exc:  # any failure of the vendor's import is the reason  # noqa: BLE001
             return f"vendor module {self.module!r} for backend {self.backend!r}: {type(exc).__name__}: {exc}"
         if self.accelerator:
@@ -172,25 +210,30 @@ class VendorTarget(Target):
         return None
 
     @property
-    def declared_capabilities(self) -> frozenset[str]:
+    def declared(self) -> frozenset[str]:
         """What the vendor declared: checks needing these must run, and a skip among them is a failure."""
-        return self.declared
+        return self._declared
 
     @property
-    def capabilities(self) -> frozenset[str]:
-        """Declared ones, custom_backend, device_binding on an accelerator, and what the probes observe."""
-        caps = {"custom_backend", "observe:launches", "observe:warnings", *self.declared}
-        if self.accelerator:
-            caps.add("device_binding")
-        try:
-            own = self._own_probe()
-            if own is not None:
-                caps.update(_OBSERVE[k] for k in own.observes if k in _OBSERVE)
-            if self._hook("conformance_effective_config") is not None:
-                caps.add("observe:config")
-        except Exception:  # noqa: BLE001 - an unimportable module is reported by unavailable_reason
-            pass
-        return frozenset(caps)
+    def features(self) -> frozenset[str]:  # type: ignore[override]
+        """Declared ones, custom_backend, and device_binding on an accelerator."""
+        return frozenset({"custom_backend", *(self._declared - {"options"})}
+                         | ({"device_binding"} if self.accelerator else set()))
+
+    @property
+    def parts(self) -> Parts:  # type: ignore[override]
+        """Options where declared; the config part where the module has conformance_effective_config."""
+        read = self.hook("conformance_effective_config")
+        return Parts(options=VendorOptionsPart(self, self.options_factory) if "options" in self._declared else None,
+                     config=VendorConfigPart(read) if read is not None else None)
+
+    @property
+    def observes(self) -> frozenset[str]:
+        """The outside probes' kinds and warnings, and what the module's ``conformance_probe()`` observes."""
+        if self._own_observes is None:
+            make = self.hook("conformance_probe")
+            self._own_observes = frozenset(make().observes) & set(EVENT_KINDS) if make is not None else frozenset()
+        return super().observes | self._own_observes
 
     @property
     def default_backend(self) -> str:
@@ -201,86 +244,8 @@ class VendorTarget(Target):
         """cpu, or ``<device>:<local rank>`` on an accelerator."""
         return torch.device(self.device_type, local_rank(rank)) if self.accelerator else torch.device("cpu")
 
-    def setup(self, rank: int, world_size: int) -> None:
-        """Import the vendor module, start the probes, and on a binding CPU backend install the split shim."""
-        self._import()
-        self.probe()
-        if not self.accelerator and "device_binding" in self.declared:
-            self._shim = contextlib.ExitStack()
-            self._shim.enter_context(_cpu_split())
-            self._shim.enter_context(python_backend_binding())
-
-    def init_world(
-        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
-    ) -> dist.ProcessGroup:
-        """init_process_group with ``<device>:<backend>``; eager binds the accelerator (or virtual) device."""
-        virtual = spec.mode == "eager" and not self.accelerator
-        if virtual and "device_binding" not in self.declared:
-            raise Skipped(
-                f"backend {self.backend!r} runs on cpu: an eager world needs capability device_binding"
-            )
-        world = self._init_default_group(store, rank, world_size, spec, timeout_s,
-                                         self.device(rank) if spec.mode == "eager" and not virtual else None)
-        if virtual:
-            device = virtual_device()
-            world.bound_device_id = device
-            backend = world._get_backend(device) if hasattr(world, "_get_backend") else world
-            if hasattr(backend, "eager_connect_single_device"):
-                backend.eager_connect_single_device(device)
-        if self._launches is not None:
-            self._launches.watch_class(type(world))
-        return world
-
-    def make_options(self, **fields: Any) -> Any:
-        """The vendor's options object, from ``options_factory`` or the module's ``conformance_make_options``."""
-        make = _load_callable(self.options_factory) if self.options_factory else self._hook("conformance_make_options")
-        if make is None or "options" not in self.declared:
-            raise NotImplementedError(
-                f"backend {self.backend!r} declares no options object (declare capability 'options' and give "
-                f"options_factory=MODULE:FUNCTION or module {self.module!r}'s conformance_make_options)"
-            )
-        return make(**fields)
-
-    def effective_config(self, group: dist.ProcessGroup) -> dict[str, Any] | None:
-        """The module's ``conformance_effective_config(group)``, else None (not observable)."""
-        read = self._hook("conformance_effective_config")
-        return read(group) if read is not None else None
-
-    def _options_object(self, group: dist.ProcessGroup) -> Any:
-        device = group.bound_device_id or self.device(0)
-        options = getattr(group._get_backend(device), "options", None)
-        if options is None:
-            raise NotImplementedError(f"backend {self.backend!r} exposes no options object on its groups")
-        return options
-
-    def options_fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
-        """The NCCL-style fields of the options object the group's backend holds."""
-        options = self._options_object(group)
-        return {k: getattr(options, k, getattr(getattr(options, "config", None), k, None)) for k in OPTION_FIELDS}
-
-    def mutate_options(self, group: dist.ProcessGroup, **fields: Any) -> None:
-        """Set fields on the options object the group's backend holds."""
-        options = self._options_object(group)
-        for key, value in fields.items():
-            setattr(options if hasattr(options, key) else options.config, key, value)
-
-    def probe(self) -> Probe:
-        """The vendor's own probe (where it has one) over launches seen from outside."""
-        if self._probe is None:
-            self._launches = LaunchProbe().install()
-            self._probe = combine(self._own_probe(), self._launches)
-        return self._probe
-
-    def teardown(self) -> None:
-        """Destroy the groups, stop the probes, remove the split shim."""
-        try:
-            super().teardown()
-        finally:
-            if self._probe is not None:
-                self._probe.close()
-            if self._shim is not None:
-                self._shim.close()
-            self._probe = self._own = self._launches = self._shim = None
+    def driver(self) -> VendorDriver:
+        return VendorDriver(self)
 
     def environment(self) -> dict[str, Any]:
         """Backend name, its distribution and version, and torch's version."""
@@ -292,3 +257,57 @@ class VendorTarget(Target):
             pkg_version = None
         return {"backend": self.backend, "package": package, "version": pkg_version,
                 "device": self.device_type, "torch": torch.__version__}
+
+
+class VendorDriver(Driver):
+    """Imports the vendor module in the rank; on a binding CPU backend, installs the split shim."""
+
+    target: VendorTarget
+
+    def __init__(self, target: VendorTarget) -> None:
+        super().__init__(target)
+        self._shim: contextlib.ExitStack | None = None
+
+    def setup(self, rank: int, world_size: int) -> None:
+        """Import the vendor module, start the probes, and on a binding CPU backend install the split shim."""
+        self.target.import_module()
+        super().setup(rank, world_size)
+        if not self.target.accelerator and "device_binding" in self.target.declared:
+            self._shim = contextlib.ExitStack()
+            self._shim.enter_context(_cpu_split())
+            self._shim.enter_context(python_backend_binding())
+
+    def own_probe(self) -> Any:
+        """The module's ``conformance_probe()`` (a fresh record), or None."""
+        self.target.observes  # noqa: B018 - read first: reading it later would call conformance_probe() again
+        make = self.target.hook("conformance_probe")
+        return make() if make is not None else None
+
+    def init_world(
+        self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
+    ) -> dist.ProcessGroup:
+        """init_process_group with ``<device>:<backend>``; eager binds the accelerator (or virtual) device."""
+        accelerator = self.target.accelerator
+        virtual = spec.mode == "eager" and not accelerator
+        if virtual and "device_binding" not in self.target.declared:
+            raise Skipped(
+                f"backend {self.target.backend!r} runs on cpu: an eager world needs capability device_binding"
+            )
+        world = self._init_default_group(store, rank, world_size, spec, timeout_s,
+                                         self.device(rank) if spec.mode == "eager" and not virtual else None)
+        if virtual:
+            device = virtual_device()
+            world.bound_device_id = device
+            backend = world._get_backend(device) if hasattr(world, "_get_backend") else world
+            if hasattr(backend, "eager_connect_single_device"):
+                backend.eager_connect_single_device(device)
+        return world
+
+    def teardown(self) -> None:
+        """Destroy the groups, stop the probes, remove the split shim."""
+        try:
+            super().teardown()
+        finally:
+            if self._shim is not None:
+                self._shim.close()
+            self._shim = None

@@ -36,8 +36,8 @@ def test_lazy_warning_is_read_from_fd_2_with_the_targets_words():
     with stderr_lines(False) as none:
         pass
     assert none == []
-    words = NcclTarget.lazy_p2p_warning
-    assert NcclTarget.warnings_on_stderr
+    words = NcclTarget.traits.lazy_p2p_warning
+    assert NcclTarget.traits.warnings_on_stderr
     assert [is_lazy_p2p_warning(m, words) for m in lines] == [True, False]
     assert not is_lazy_p2p_warning(NCCL_LAZY_LINE, None)  # the generic matcher missed NCCL's text
     assert is_lazy_p2p_warning(LAZY_P2P_WARNING, None)
@@ -54,6 +54,9 @@ class _Pools:
     def fresh(self, world_size, start_method=None):
         self.calls.append(f"fresh:{start_method}")
         return self
+
+    def on_kill(self, name, cleanup):
+        pass
 
     def run(self, task, kwargs, timeout_s, failed=None):
         from conformance.runner.pool import RankReport
@@ -87,8 +90,7 @@ def test_requirements_of_another_design_skip_with_the_reason(monkeypatch):
     from conformance.runner.orchestrate import precheck
     from conformance.targets import nccl, torchcomms
 
-    monkeypatch.setattr(torchcomms.TorchcommsTarget, "unavailable_reason", lambda self: None)
-    monkeypatch.setattr(torchcomms.TorchcommsTarget, "unavailable_reason_for", lambda self, n: None)
+    monkeypatch.setattr(torchcomms.TorchcommsTarget, "unavailable_reason", lambda self, world_size=1: None)
     for rid in ("P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE", "SPLIT-UNBOUND-REFUSED"):
         outcome, detail = precheck(_requirement(rid), "torchcomms", None, 2)
         assert outcome is Outcome.SKIP and "does not apply on target torchcomms" in detail
@@ -104,8 +106,9 @@ def test_nccl_refusal_wording_is_accepted():
 
     from conformance.checks.common import refusal_words
     from conformance.targets.nccl import NcclTarget
+    from conformance.targets.sim import SimTarget
 
-    ctx = SimpleNamespace(target=NcclTarget())
+    ctx = SimpleNamespace(target=NcclTarget().driver())
     # Constructed: torch appends NCCL's last error; the texts of NCCL 2.30.7 src/init.cc:2320, 2328 and of
     # ProcessGroupNCCL's P2P tensor check (torch 2.15.0 libtorch_cuda.so).
     last = "NCCL error: invalid argument\nLast error:\n"
@@ -118,7 +121,7 @@ def test_nccl_refusal_wording_is_accepted():
     for kind, text in refusals.items():
         assert generic[kind] not in text  # what the checks looked for alone: a false FAIL on NCCL
         assert any(w in text for w in refusal_words(ctx, kind, generic[kind])), kind
-    assert refusal_words(SimpleNamespace(target=object()), "min_ctas", "min_ctas") == ("min_ctas",)
+    assert refusal_words(SimpleNamespace(target=SimTarget().driver()), "min_ctas", "min_ctas") == ("min_ctas",)
 
 
 class _StreamOrderedWork:
@@ -147,10 +150,13 @@ def test_p2p_mismatch_waits_with_the_targets_timeout(monkeypatch):
         return SimpleNamespace(rank=1, world_size=2, device=torch.device("cpu"), target=target,
                                init_world=lambda mode: None, note=notes.append)
 
-    hanging_stack = SimpleNamespace(name="nccl", capabilities=frozenset({"device_binding"}), p2p_wait_timeout_s=0.5)
+    from conformance.targets.base import Traits
+
+    hanging_stack = SimpleNamespace(name="nccl", capabilities=frozenset({"device_binding"}),
+                                    traits=Traits(p2p_wait_timeout_s=0.5))
     p2p.mismatch(ctx_for(hanging_stack))  # the recv raised: a refusal, not silent success
     assert notes and "only the size case" in notes[-1]
-    plain = SimpleNamespace(name="plain", capabilities=frozenset())
+    plain = SimpleNamespace(name="plain", capabilities=frozenset(), traits=Traits())
     with pytest.raises(CheckFailed, match="observed success"):
         p2p.mismatch(ctx_for(plain))  # without the timeout the same work looks complete
 
@@ -167,10 +173,10 @@ def test_nccl_debug_file_patterns_are_expanded_as_nccl_does(tmp_path, monkeypatc
     for var in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_FR_BUFFER_SIZE"):  # setup() sets them: restore after
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(nccl, "flight_recorder_usable", lambda: False)
-    target = nccl.NcclTarget()
+    target = nccl.NcclTarget().driver()
     target.setup(0, 1)
     host = socket.gethostname().split(".")[0]
-    assert target.probe()._log_path == tmp_path / f"nccl.{host}.{os.getpid()}.log"
+    assert target._nccl._log_path == tmp_path / f"nccl.{host}.{os.getpid()}.log"
 
 
 def test_p2p_eager_reuse_needs_a_probe_that_sees_the_world_comm(monkeypatch):

@@ -153,7 +153,7 @@ def test_gpu_targets_say_why_they_cannot_run_here():
 
     if torch.cuda.is_available():
         pytest.skip("this host has CUDA")
-    reason = NcclTarget().unavailable_reason_for(2)
+    reason = NcclTarget().unavailable_reason(2)
     assert reason.startswith("no CUDA device visible") and torch.__version__ in reason
     assert "torchcomms" in TorchcommsTarget().unavailable_reason()
     assert "torchcomms" in TorchcommsTarget().capabilities

@@ -20,7 +20,7 @@ if str(EXAMPLES) not in sys.path:
 @pytest.fixture
 def probe():
     state = ProcessState.capture()
-    launches = LaunchProbe().install()
+    launches = LaunchProbe().start()
     yield launches
     launches.close()
     if dist.is_initialized():

@@ -39,8 +39,8 @@ def test_counts_only_musts_with_a_verdict_and_names_what_the_others_lacked():
     # a fail at one size is a verdict; a waived fail is one; a waived not-observable is not
     assert judged["judged_requirements"] == ["P2P-MISMATCH", "SPLIT-DERIVED-GROUPS", "SPLIT-MEMBERSHIP"]
     unjudged = {u["requirement"]: u["missing"] for u in judged["unjudged"]}
-    assert unjudged == {"SPLIT-LINEAGE": ["device_binding", "observe:comms"],
-                        "P2P-LAZY-PAIR-COMM": ["observe:comms"], "HINT-INIT-OPTIONS": ["observe:config"]}
+    assert unjudged == {"SPLIT-LINEAGE": ["device_binding", "observe:comm_created"],
+                        "P2P-LAZY-PAIR-COMM": ["observe:comm_created"], "HINT-INIT-OPTIONS": ["observe:config"]}
 
 
 def test_frontend_requirements_count_neither_in_judged_nor_in_the_verdict(monkeypatch):

@@ -7,10 +7,12 @@ import signal
 import time
 from typing import Any
 
+from conformance.runner.worker import SCRATCH_ENV
+
 
 def echo(rank: int, world_size: int, store: Any, value: Any = None) -> dict:
     return {"rank": rank, "world_size": world_size, "value": value, "pid": os.getpid(),
-            "shm_prefix": os.environ.get("CONFORMANCE_SHM_PREFIX"), "extra": os.environ.get("CFM_TEST_ENV")}
+            "scratch": os.environ.get(SCRATCH_ENV), "extra": os.environ.get("CFM_TEST_ENV")}
 
 
 def exchange(rank: int, world_size: int, store: Any) -> dict:
@@ -61,10 +63,17 @@ def sigkill_self(rank: int, world_size: int, store: Any, bad_rank: int) -> int:
 
 
 def make_shm_file(rank: int, world_size: int, store: Any) -> str:
-    path = f"/dev/shm/{os.environ['CONFORMANCE_SHM_PREFIX']}rank{rank}"
+    path = f"/dev/shm/{os.environ[SCRATCH_ENV]}rank{rank}"
     with open(path, "wb") as f:
         f.write(b"x")
     return path
+
+
+def remove_shm_files(scratch: str) -> None:
+    """A target's cleanup hook for make_shm_file's files (what the pool calls after a kill)."""
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(scratch):
+            os.unlink(f"/dev/shm/{name}")
 
 
 def unpicklable(rank: int, world_size: int, store: Any) -> Any:

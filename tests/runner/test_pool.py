@@ -48,7 +48,7 @@ def test_ok_values_from_every_rank(pools, world_size):
     assert {r.value["world_size"] for r in reports} == {world_size}
     assert all(r.value["value"] == [1, "a"] for r in reports)
     assert [r.value["pid"] for r in reports] == pool.pids
-    assert {r.value["shm_prefix"] for r in reports} == {pool.shm_prefix}
+    assert {r.value["scratch"] for r in reports} == {pool.scratch}
     assert {r.value["extra"] for r in reports} == {"yes"}
 
 
@@ -152,25 +152,27 @@ def test_sigkill_crash_names_signal():
         pool.close()
 
 
-def test_close_kills_workers_and_removes_shm():
+def test_close_kills_workers_and_runs_the_cleanup():
     pool = RankPool(2)
+    pool.on_kill("test", tasks.remove_shm_files)
     reports = pool.run(f"{T}:make_shm_file", {}, timeout_s=10)
     paths = [r.value for r in reports]
     assert all(os.path.exists(p) for p in paths)
     pids = pool.pids
     pool.close()
     assert _wait_gone(pids, 5) == []
-    assert glob.glob(f"/dev/shm/{pool.shm_prefix}*") == []
+    assert glob.glob(f"/dev/shm/{pool.scratch}*") == []
     with pytest.raises(RuntimeError):
         pool.run(f"{T}:echo", {}, timeout_s=1)
 
 
-def test_timeout_removes_shm():
+def test_timeout_runs_the_cleanup():
     pool = RankPool(2)
+    pool.on_kill("test", tasks.remove_shm_files)
     try:
         pool.run(f"{T}:make_shm_file", {}, timeout_s=10)
         pool.run(f"{T}:hang_in_store_get", {}, timeout_s=0.5)
-        assert glob.glob(f"/dev/shm/{pool.shm_prefix}*") == []
+        assert glob.glob(f"/dev/shm/{pool.scratch}*") == []
     finally:
         pool.close()
 
@@ -178,8 +180,10 @@ def test_timeout_removes_shm():
 _PARENT = textwrap.dedent("""
     import json, sys
     from conformance.runner import RankPool
+    from tests.runner.tasks import remove_shm_files
     pool = RankPool(2)
-    print(json.dumps({"pids": pool.pids, "prefix": pool.shm_prefix}), flush=True)
+    pool.on_kill("test", remove_shm_files)
+    print(json.dumps({"pids": pool.pids, "prefix": pool.scratch}), flush=True)
     pool.run(sys.argv[1] + ":make_shm_file", {}, timeout_s=10)
     pool.run(sys.argv[1] + ":hang_in_store_get", {}, timeout_s=120)
 """)

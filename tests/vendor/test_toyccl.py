@@ -33,7 +33,7 @@ def _free_port() -> int:
 
 def _rank(rank: int, port: int, module: str, queue) -> None:
     try:
-        target = VendorTarget(backend=module, module=module)
+        target = VendorTarget(backend=module, module=module).driver()
         target.setup(rank, WORLD)
         store = dist.TCPStore("127.0.0.1", port, WORLD, rank == 0, timeout=timedelta(seconds=20))
         target.init_world(store, rank, WORLD, WorldSpec(mode="lazy"), 20.0)
@@ -111,44 +111,45 @@ def restored():
 def test_vendor_target_contract(restored):
     target = VendorTarget(backend="toyccl", module="toyccl")
     assert target.unavailable_reason() is None
-    # nothing declared: only what the probes see (launches, warnings; toyccl's own probe: comms, config)
-    assert target.capabilities == frozenset({"custom_backend", "observe:launches", "observe:warnings",
-                                             "observe:comms", "observe:config"})
-    assert target.declared_capabilities == frozenset()
+    # nothing declared: what the probes see (launches, warnings; toyccl's own probe: comms, config events)
+    # and the config part (toyccl's conformance_effective_config)
+    assert target.capabilities == frozenset({"custom_backend", "observe:launch", "observe:warning",
+                                             "observe:comm_created", "observe:config_applied", "observe:config"})
+    assert target.declared == frozenset()
+    assert target.parts.options is None and target.parts.config is not None
     assert target.default_backend == "cpu:toyccl"
-    assert {"launch", "comm_created", "config_applied"} <= target.probe().observes
+    driver = target.driver()
+    assert {"launch", "comm_created", "config_applied"} <= driver.probe().observes
     assert target.environment()["backend"] == "toyccl"
-    target.teardown()  # the probe's dispatch mode must not outlive the target
+    driver.teardown()  # the probe's dispatch mode must not outlive the target
     with pytest.raises(Skipped, match="device_binding"):
-        target.init_world(None, 0, 1, WorldSpec(mode="eager"), 5.0)
-    with pytest.raises(NotImplementedError, match="declares no options"):
-        target.make_options(max_ctas=4)
+        driver.init_world(None, 0, 1, WorldSpec(mode="eager"), 5.0)
 
 
 def test_asking_for_capabilities_mid_check_keeps_the_record(restored):
     """Checks read target.capabilities after init: that must not restart the vendor's own record."""
     from toyccl.events import LOG
 
-    target = VendorTarget(backend="toyccl", module="toyccl")
+    target = VendorTarget(backend="toyccl", module="toyccl").driver()
     probe = target.probe()
     LOG.record("comm_created", comm="c0", members=[0], mode="lazy")
-    assert "observe:comms" in target.capabilities
+    assert "observe:comm_created" in target.capabilities
     assert [e["comm"] for e in probe.events("comm_created")] == ["c0"]
     target.teardown()
 
 
 def test_declared_capabilities_are_parsed_and_checked(restored):
     target = VendorTarget(backend="toyccl", module="toyccl", capabilities="split, options,hints")
-    assert target.declared_capabilities == {"split", "options", "hints"}
+    assert target.declared == {"split", "options", "hints"}
     assert {"split", "options", "hints"} <= target.capabilities
-    assert target.make_options(max_ctas=4, hints={"netName": "IB"}).max_ctas == 4
+    assert target.parts.options.make(max_ctas=4, hints={"netName": "IB"}).max_ctas == 4
     factory = VendorTarget(backend="toyccl", module="toyccl", capabilities=["options"],
                            options_factory="toyccl.options:ToyOptions")
-    assert factory.make_options(net_name="x").net_name == "x"
+    assert factory.parts.options.make(net_name="x").net_name == "x"
     with pytest.raises(ValueError, match="unknown capabilities \\['splitting'\\]"):
         VendorTarget(backend="toyccl", module="toyccl", capabilities="splitting")
-    with pytest.raises(ValueError, match="observe:comms"):  # the probes decide those, not the vendor
-        VendorTarget(backend="toyccl", module="toyccl", capabilities="observe:comms")
+    with pytest.raises(ValueError, match="observe:comm_created"):  # the probes decide those, not the vendor
+        VendorTarget(backend="toyccl", module="toyccl", capabilities="observe:comm_created")
 
 
 def test_a_skip_under_a_declared_capability_is_a_failure(restored):
@@ -165,7 +166,7 @@ def test_a_skip_under_a_declared_capability_is_a_failure(restored):
 
 
 def test_vendor_target_reregisters_after_a_check_undid_it(restored):
-    target = VendorTarget(backend="toyccl", module="toyccl")
+    target = VendorTarget(backend="toyccl", module="toyccl").driver()
     target.setup(0, 1)
     state_without = ProcessState.capture()
     dist.Backend._plugins.pop("TOYCCL")
@@ -173,9 +174,22 @@ def test_vendor_target_reregisters_after_a_check_undid_it(restored):
     assert not dist.is_backend_available("toyccl")
     target.setup(0, 1)
     assert dist.is_backend_available("toyccl")
+    target.teardown()  # the probe's dispatch mode must not outlive the test
     state_without.restore()
 
 
 def test_vendor_target_reports_a_module_that_does_not_import():
     reason = VendorTarget(backend="nope", module="no_such_vendor_module").unavailable_reason()
     assert "no_such_vendor_module" in reason and "ModuleNotFoundError" in reason
+
+
+def test_options_a_group_cannot_show_are_not_observable(restored):
+    """A declared options part whose groups expose no options object: the copy check cannot look, not a failure."""
+    from types import SimpleNamespace
+
+    from conformance.outcomes import NotObservable
+
+    part = VendorTarget(backend="toyccl", module="toyccl", capabilities="options").parts.options
+    group = SimpleNamespace(bound_device_id=None, _get_backend=lambda device: object())
+    with pytest.raises(NotObservable, match="exposes no options object"):
+        part.fields(group)
