@@ -24,7 +24,7 @@ RESULTS = [
     res("SPLIT-MEMBERSHIP", "pass"), res("SPLIT-MEMBERSHIP", "pass", ws=4),
     res("SPLIT-DERIVED-GROUPS", "skip", detail="world sizes 4, 8 only"), res("SPLIT-DERIVED-GROUPS", "fail", ws=4),
     res("SPLIT-LINEAGE", "skip", detail="target t lacks capability split, device_binding"),
-    res("P2P-LAZY-PAIR-COMM", "not-observable", detail="target t cannot observe observe:comms"),
+    res("P2P-LAZY-PAIR-COMM", "not-observable", detail="target t cannot observe observe:comm_created"),
     res("P2P-MISMATCH", "waived", waiver={"requirement": "P2P-MISMATCH", "expected": "fail", "observed": "fail",
                                           "reason": "r", "issue": "i"}),
     res("HINT-INIT-OPTIONS", "waived", waiver={"requirement": "HINT-INIT-OPTIONS", "expected": "not-observable",
