@@ -1,8 +1,11 @@
 """Per-task overhead of persistent rank pools vs. starting a fresh fork pool per task, and the
 full per-check overhead of the runner (precheck, dispatch, target setup, process-state snapshot and
-restore, the end-of-check rank barrier, aggregation) for a trivial check on the simulator.
+restore, the end-of-check rank barrier, aggregation) for a trivial check on the simulator and on gloo
+in the same pools, against torch's threaded process group (the in-process ranks of
+MultiThreadedTestCase: init + one all_reduce + destroy per check), timed in interleaved rounds so that
+a busy machine slows all three alike.
 
-Run: /tmp/venv/bin/python benchmarks/bench_runner_overhead.py [--runs 200]
+Run: .venv/bin/python benchmarks/bench_runner_overhead.py [--runs 200]
 """
 
 from __future__ import annotations
@@ -11,8 +14,12 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 from typing import Any
+
+import torch
+import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,8 +27,9 @@ from conformance.runner import PoolSet, RankPool
 from conformance.runner.orchestrate import run_case
 from conformance.spec import load_catalog
 
-# A minimal real check: inits a simulator world (eager) and runs one all_reduce.
+# A minimal real check: inits a world (eager on the simulator, lazy on gloo) and runs one all_reduce.
 TRIVIAL_CHECK = "QUAL-BARE-EXPANSION"
+GOAL_MS = 3.0  # issue 16: per-check overhead at world 4, median
 
 TASK = f"{__name__}:noop"  # resolvable in fork workers, which share this __main__
 
@@ -91,6 +99,77 @@ def bench_check(world_size: int, runs: int, warmup: int = 10, fresh: bool = Fals
         pools.close()
 
 
+def threaded_pg_check(world_size: int) -> float:
+    """One check the way torch's MultiThreadedTestCase runs it: a thread per rank in this process, each
+    initialising the "threaded" backend on a shared HashStore, all_reducing once and destroying the group."""
+    from torch.testing._internal.distributed import multi_threaded_pg as mtpg
+
+    started = time.perf_counter()
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    world = mtpg._install_threaded_pg()
+    store = dist.HashStore()
+    errors: list[BaseException] = []
+
+    def rank_main(rank: int) -> None:
+        try:
+            dist.init_process_group("threaded", rank=rank, world_size=world_size, store=store)
+            t = torch.full((4,), float(rank + 1))
+            dist.all_reduce(t)
+            if t.tolist() != [world_size * (world_size + 1) / 2] * 4:
+                raise RuntimeError(f"rank {rank}: threaded all_reduce gave {t.tolist()}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            mtpg.ProcessLocalGroup.exception_handle(exc)
+        finally:
+            if dist.distributed_c10d._world is world:
+                dist.destroy_process_group()
+
+    try:
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world_size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        mtpg._uninstall_threaded_pg()
+        mtpg.ProcessLocalGroup.reset()
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+    if errors:
+        raise RuntimeError(f"threaded process group check failed: {errors[0]!r}")
+    return time.perf_counter() - started
+
+
+def bench_checks_side_by_side(world_size: int, runs: int, rounds: int = 10, warmup: int = 10
+                              ) -> dict[str, list[float]]:
+    """Per-check wall time of the trivial check on sim and on gloo (run_case, shared warm pools) and of the
+    threaded process group, in ``rounds`` interleaved rounds of ``runs // rounds`` each."""
+    req = next(r for r in load_catalog() if r.id == TRIVIAL_CHECK)
+    pools = PoolSet()
+
+    def one(name: str) -> float:
+        if name == "threaded":
+            return threaded_pg_check(world_size)
+        started = time.perf_counter()
+        result = run_case(pools, req, name, world_size)
+        if result.outcome != "pass":
+            raise RuntimeError(f"{TRIVIAL_CHECK} did not run and pass on {name}: {result.outcome} {result.detail}")
+        return time.perf_counter() - started
+
+    names = ("sim", "gloo", "threaded")
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    try:
+        for name in names:
+            for _ in range(warmup):
+                one(name)
+        per_round = max(1, runs // rounds)
+        for _ in range(rounds):
+            for name in names:
+                samples[name] += [one(name) for _ in range(per_round)]
+        return samples
+    finally:
+        pools.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="timed runs per world size")
@@ -106,9 +185,14 @@ def main() -> None:
     print(f"fresh fork pool per task ws=4 ({args.fresh_runs} runs): "
           f"median {fresh[0]:7.2f} ms   p90 {fresh[1]:7.2f} ms")
     print(f"ratio fresh/persistent at ws=4 (median): {fresh[0] / pooled[4][0]:.1f}x")
-    check = _ms(bench_check(4, max(20, args.runs // 4)))
-    print(f"full per-check path ws=4 ({TRIVIAL_CHECK} on sim: init + 1 all_reduce): "
-          f"median {check[0]:7.2f} ms   p90 {check[1]:7.2f} ms")
+    side = {k: _ms(v) for k, v in bench_checks_side_by_side(4, max(20, args.runs // 2)).items()}
+    check, gloo, threaded = side["sim"], side["gloo"], side["threaded"]
+    print(f"full per-check path ws=4 ({TRIVIAL_CHECK}: init + 1 all_reduce), interleaved rounds:")
+    print(f"  simulator pool        median {check[0]:7.2f} ms   p90 {check[1]:7.2f} ms")
+    print(f"  gloo, same pools      median {gloo[0]:7.2f} ms   p90 {gloo[1]:7.2f} ms")
+    print(f"  torch threaded PG     median {threaded[0]:7.2f} ms   p90 {threaded[1]:7.2f} ms   (baseline)")
+    print(f"  ratio simulator/threaded {check[0] / threaded[0]:.2f}x   gloo/threaded {gloo[0] / threaded[0]:.2f}x   "
+          f"goal: simulator median <= {GOAL_MS:g} ms: {'met' if check[0] <= GOAL_MS else 'NOT met'}")
     fresh_check = _ms(bench_check(4, args.fresh_runs, warmup=2, fresh=True))
     print(f"same check with a fresh fork pool per check ws=4: median {fresh_check[0]:7.2f} ms   "
           f"p90 {fresh_check[1]:7.2f} ms   ratio {fresh_check[0] / check[0]:.1f}x")

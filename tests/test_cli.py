@@ -30,8 +30,10 @@ def test_run_writes_json_and_markdown(tmp_path: Path) -> None:
 
 
 def test_a_planted_defect_makes_the_run_non_conformant(tmp_path: Path) -> None:
+    # The member rank waits out the check's timeout for the non-member that raised instead of splitting: the
+    # defect matrix's 8 s (`defects --timeout`), not the 30 s default, whose length this test is not about.
     code = main(["run", "--target", "sim", "--target-option", "defects=split_nonmember_raises", "--world-sizes", "2",
-                 "--requirement", "SPLIT-PARTIAL-NONMEMBER", "--report-dir", str(tmp_path)])
+                 "--requirement", "SPLIT-PARTIAL-NONMEMBER", "--timeout", "8", "--report-dir", str(tmp_path)])
     report = json.loads((tmp_path / "sim.json").read_text())
     assert code == 1 and report["verdict"] == "non-conformant"
     assert "non-member raised" in report["results"][0]["detail"]
