@@ -42,7 +42,7 @@ def _child(ports: Any, n: int, rank: int, prefix: str, timeout_s: float, fn: Bod
         fab = Fabric(dist.PrefixStore("fab", client), "c0", list(range(n)), rank, timeout_s, prefix)
         # Connect this thread's store clone and line everyone up before the body runs, so that a slow
         # TCP connect (seen on these sandboxes: 1 s + 5 s now and then) cannot trip short op timeouts.
-        fab._st()
+        fab.control.store()
         if client.add("ready", 1) == n:
             client.set("go", "1")
         client.wait(["go"])
