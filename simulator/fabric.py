@@ -43,6 +43,18 @@ def _chunk(numel: int, n: int, i: int) -> tuple[int, int]:
     return i * numel // n, (i + 1) * numel // n
 
 
+def _block_bytes(n: int) -> int:
+    """Bytes per source and block of a blocked reduction: n source blocks and the result stay in cache."""
+    return max(16 << 10, min(256 << 10, (1 << 20) // n))
+
+
+def _reduce_blocks(out: Tensor, srcs: list[Tensor], op: str, n: int) -> None:
+    """reduce_into over flat ``out``, block by block, so that the running result stays in cache."""
+    step = max(1, _block_bytes(n) // out.element_size())
+    for a in range(0, out.numel(), step):
+        reduce_into(out[a:a + step], [s[a:a + step] for s in srcs], op)
+
+
 def _split(rows: int, n: int, sizes: list[int] | None, what: str) -> tuple[list[int], str | None]:
     if sizes is None:
         if rows % n:
@@ -150,7 +162,7 @@ class Fabric(ListCollectives):
             lo, hi = _chunk(t.numel(), self.n, self.me)
             work = t if gets_result and t.is_contiguous() else None
             target = work.view(-1)[lo:hi] if work is not None else torch.empty(hi - lo, dtype=t.dtype)
-            reduce_into(target, [v[lo:hi] for v in srcs], op)
+            _reduce_blocks(target, [v[lo:hi] for v in srcs], op, self.n)
             srcs[self.me][lo:hi].copy_(target)
             chunked.append((t, srcs, work))
         if not chunked:
@@ -160,7 +172,7 @@ class Fabric(ListCollectives):
             self.control.exchange(o.seq, "reduced", "", to=everyone, frm=everyone, what=f"{name} (reduced chunks)")
         else:
             self.control.exchange(o.seq, "reduced", "", to=[root], frm=everyone if gets_result else [],
-                           what=f"{name} (reduced chunks)")
+                                  what=f"{name} (reduced chunks)")
         if not gets_result:
             return
         for t, srcs, work in chunked:

@@ -73,6 +73,7 @@ def ok_values(results: dict[int, tuple[str, Any]], n: int) -> list[Any]:
 @pytest.fixture
 def prefix(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(simulator.fabric, "_SPLIT_BYTES", LARGE_BYTES)  # inherited by forked ranks
+    monkeypatch.setattr(simulator.fabric, "_block_bytes", lambda n: 4096)  # chunks reduced in many blocks
     name = f"fabtest{os.getpid()}_{zlib.crc32(request.node.nodeid.encode()):08x}_"
     yield name
     left = [f for f in os.listdir(shm.SHM_DIR) if f.startswith(name)]
