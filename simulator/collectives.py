@@ -14,23 +14,9 @@ import torch
 from torch import Tensor
 
 from simulator.errors import CollectiveMismatch
+from simulator.payload import offsets, tdesc
 from simulator.reduction import dtype_name, reduce_into, unsupported
-
-_ALIGN = 64
-
-
-def tdesc(t: Tensor) -> str:
-    """'float32[2,3]' for a tensor."""
-    return f"{dtype_name(t.dtype)}[{','.join(map(str, t.shape))}]"
-
-
-def _offsets(nbytes: list[int]) -> list[int]:
-    """Byte offsets of payloads of these sizes packed as ``fabric._layout`` packs them."""
-    offs, pos = [], 0
-    for size in nbytes:
-        offs.append(pos)
-        pos += -(-size // _ALIGN) * _ALIGN
-    return offs
+from simulator.wire import Splits
 
 
 def _same(tensors: list[Tensor], like: Tensor, what: str) -> str | None:
@@ -39,7 +25,7 @@ def _same(tensors: list[Tensor], like: Tensor, what: str) -> str | None:
 
 
 class ListCollectives:
-    """Mixin of :class:`simulator.fabric.Fabric` (uses its ``_begin``, ``_view``, ``_slot`` and lock)."""
+    """Mixin of :class:`simulator.fabric.Fabric` (uses its ``_begin``, ``_view`` and lock)."""
 
     if TYPE_CHECKING:  # provided by Fabric
         n: int
@@ -48,7 +34,7 @@ class ListCollectives:
         _coll_lock: Any
 
         def _begin(self, name: str, desc: str, err: str | None, payload: list[Tensor],
-                   extra: Any = None) -> Any: ...
+                   splits: Splits | None = None) -> Any: ...
         def _view(self, op: Any, j: int, k: int, like: Tensor) -> Tensor: ...
         def _check_root(self, root: int) -> str | None: ...
         def _where(self, seq: int | None = None) -> str: ...
@@ -95,7 +81,7 @@ class ListCollectives:
         with self._coll_lock:
             o = self._begin("scatter", f"scatter({tdesc(output)}, root={root})", err,
                             inputs if self.me == root else [])
-            o.offs = _offsets([output.numel() * output.element_size()] * self.n)
+            o.offs = offsets([output.numel() * output.element_size()] * self.n)[0]
             output.copy_(self._view(o, root, self.me, output).view(output.shape))
 
     def all_to_all(self, outputs: list[Tensor], inputs: list[Tensor]) -> None:
@@ -109,16 +95,16 @@ class ListCollectives:
         dtype = dtype_name(inputs[0].dtype) if inputs else "?"
         with self._coll_lock:
             o = self._begin("all_to_all", f"all_to_all({dtype})", err, inputs,
-                            {"i": [list(t.shape) for t in inputs], "o": [list(t.shape) for t in outputs],
-                             "b": [t.numel() * t.element_size() for t in inputs]})
-            bad = [f"rank {self._g(j)} sends {m['x']['i'][self.me]} to rank {self._g(self.me)}, which expects "
+                            Splits([list(t.shape) for t in inputs], [list(t.shape) for t in outputs],
+                                   [t.numel() * t.element_size() for t in inputs]))
+            bad = [f"rank {self._g(j)} sends {m.splits.sends[self.me]} to rank {self._g(self.me)}, which expects "
                    f"{list(outputs[j].shape)}" for j, m in enumerate(o.metas)
-                   if m["x"]["i"][self.me] != list(outputs[j].shape)]
+                   if m.splits.sends[self.me] != list(outputs[j].shape)]
             if bad:
                 raise CollectiveMismatch(f"{self._where(o.seq)}: all_to_all tensor shapes disagree: "
                                          + "; ".join(bad))
             for j, out in enumerate(outputs):
-                o.offs = _offsets(o.metas[j]["x"]["b"])
+                o.offs = offsets(o.metas[j].splits.nbytes)[0]
                 out.copy_(self._view(o, j, self.me, out).view(out.shape))
 
     def reduce_scatter(self, output: Tensor, inputs: list[Tensor], op: str) -> None:

@@ -42,7 +42,7 @@ def _child(ports: Any, n: int, rank: int, prefix: str, timeout_s: float, fn: Bod
         fab = Fabric(dist.PrefixStore("fab", client), "c0", list(range(n)), rank, timeout_s, prefix)
         # Connect this thread's store clone and line everyone up before the body runs, so that a slow
         # TCP connect (seen on these sandboxes: 1 s + 5 s now and then) cannot trip short op timeouts.
-        fab._st()
+        fab.control.store()
         if client.add("ready", 1) == n:
             client.set("go", "1")
         client.wait(["go"])
@@ -73,6 +73,7 @@ def ok_values(results: dict[int, tuple[str, Any]], n: int) -> list[Any]:
 @pytest.fixture
 def prefix(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(simulator.fabric, "_SPLIT_BYTES", LARGE_BYTES)  # inherited by forked ranks
+    monkeypatch.setattr(simulator.fabric, "_block_bytes", lambda n: 4096)  # chunks reduced in many blocks
     name = f"fabtest{os.getpid()}_{zlib.crc32(request.node.nodeid.encode()):08x}_"
     yield name
     left = [f for f in os.listdir(shm.SHM_DIR) if f.startswith(name)]

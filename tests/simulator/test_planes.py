@@ -1,0 +1,67 @@
+"""The fabric's typed wire records and the store-connection pool, in one process."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch.distributed as dist
+
+from simulator import connections
+from simulator.wire import Envelope, OpMeta, Splits, envelope_key, phase_key, rejected_key
+
+
+def test_op_meta_round_trips_with_splits() -> None:
+    meta = OpMeta("all_to_all(float32)", None, "seg.s1", 65536, Splits([[2, 3], [1, 3]], [[2, 3], [4, 3]], [24, 12]))
+    back = OpMeta.decode(meta.encode())
+    assert back == meta
+    assert isinstance(back.splits, Splits)
+    bare = OpMeta("barrier()", "root 5 is out of range for 2 ranks", None, 0)
+    assert OpMeta.decode(bare.encode()) == bare
+
+
+def test_envelope_round_trips_and_names_its_tensor() -> None:
+    env = Envelope(3, 7, "bfloat16", [2, 4], "seg.p1.3")
+    assert Envelope.decode(env.encode()) == env
+    assert env.describe() == "bfloat16[2,4]"
+    assert Envelope(0, 0, "float32", [0]).segment is None
+
+
+def test_keys_of_different_records_never_collide() -> None:
+    keys = {phase_key("meta", 1, 0), phase_key("reduced", 1, 0), phase_key("meta", 1, 1),
+            envelope_key(0, 1, 0), envelope_key(1, 0, 0), rejected_key(0, 1)}
+    assert len(keys) == 6
+
+
+def _acquire_in_threads(root: dist.Store, count: int) -> list[dist.Store]:
+    """``count`` threads each acquire a connection, all held at once, then hand them back."""
+    got: list[dist.Store] = []
+    lock, ready = threading.Lock(), threading.Barrier(count)
+
+    def body() -> None:
+        conn = connections.acquire(root)
+        with lock:
+            got.append(conn)
+        ready.wait(timeout=60)
+        connections.release_thread()
+
+    threads = [threading.Thread(target=body) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    return got
+
+
+@pytest.mark.parametrize("max_idle, reopened", [(4, 2), (connections.MAX_IDLE, 0)])
+def test_connections_of_ended_threads_are_reused(max_idle: int, reopened: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second wave of as many threads opens no connection: lazy P2P has one stream thread per peer, and a
+    connect can stall for seconds. With 4 kept idle (the old limit), 2 of 6 are opened again (the control)."""
+    monkeypatch.setattr(connections, "MAX_IDLE", max_idle)
+    server = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, wait_for_workers=False)
+    root = dist.TCPStore("127.0.0.1", server.port, is_master=False)
+    first = _acquire_in_threads(root, 6)
+    second = _acquire_in_threads(root, 6)
+    assert len({id(c) for c in first}) == 6
+    new = [c for c in second if all(c is not f for f in first)]
+    assert len(new) == reopened, f"second wave opened {len(new)} connections, expected {reopened}"
