@@ -33,22 +33,22 @@ def default_mode(ctx: CheckContext) -> str:
     return "eager" if "device_binding" in ctx.target.capabilities else "lazy"
 
 
+def _part(ctx: CheckContext, name: str, capability: str) -> Any:
+    part = getattr(ctx.target.parts, name)
+    if part is None:
+        raise RuntimeError(f"{ctx.requirement.id}: the check uses the {name} part, but the requirement does not "
+                           f"need capability {capability!r} (target {ctx.target.name} has none)")
+    return part
+
+
 def options_part(ctx: CheckContext) -> OptionsPart:
     """The target's options part; the requirement must need capability ``options`` (which is that part)."""
-    part = ctx.target.parts.options
-    if part is None:
-        raise RuntimeError(f"{ctx.requirement.id}: the check uses the options part, but the requirement does not "
-                           f"need capability 'options' (target {ctx.target.name} has none)")
-    return part
+    return _part(ctx, "options", "options")
 
 
 def config_part(ctx: CheckContext) -> ConfigPart:
     """The target's config part; the requirement must need capability ``observe:config`` (which is that part)."""
-    part = ctx.target.parts.config
-    if part is None:
-        raise RuntimeError(f"{ctx.requirement.id}: the check uses the config part, but the requirement does not "
-                           f"need capability 'observe:config' (target {ctx.target.name} has none)")
-    return part
+    return _part(ctx, "config", "observe:config")
 
 
 def ranked_tensor(ctx: CheckContext, n: int = 8, dtype: torch.dtype = torch.float32, salt: int = 0) -> torch.Tensor:
