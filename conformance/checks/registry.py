@@ -74,12 +74,17 @@ class CheckContext:
         return self.target.device(self.rank)
 
     def init_world(self, mode: str = "eager", backend: str | None = None, pg_options: Any = None,
-                   **extra: Any) -> dist.ProcessGroup:
-        """Init the default group on the target (eager = device-bound, lazy = unbound)."""
+                   timeout_s: float | None = None, **extra: Any) -> dist.ProcessGroup:
+        """Init the default group on the target (eager = device-bound, lazy = unbound).
+
+        ``timeout_s`` caps the group's timeout below the check's, for a check whose correct outcome is
+        immediate (a refusal): a backend that hangs instead is seen after that long, not the whole check's.
+        """
         spec = WorldSpec(mode=mode, backend=backend, pg_options=pg_options, extra=extra)
         self._worlds += 1
         sub = dist.PrefixStore(f"world{self._worlds}/", self.store)
-        return self.target.init_world(sub, self.rank, self.world_size, spec, self.timeout_s)
+        limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
+        return self.target.init_world(sub, self.rank, self.world_size, spec, limit)
 
     def expect(self, condition: bool, what: str, expected: Any, observed: Any) -> None:
         """Fail naming this rank, what was checked, the expected and the observed values."""
