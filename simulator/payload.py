@@ -1,6 +1,9 @@
-"""Tensor payloads in flat shared buffers: sizes, packing offsets, typed views, descriptions."""
+"""Tensor payloads in flat shared buffers: sizes, packing offsets, typed views, descriptions, and the
+text form of a small payload carried inline in a store record."""
 
 from __future__ import annotations
+
+import base64
 
 import torch
 from torch import Tensor
@@ -40,3 +43,21 @@ def typed(buf: Tensor | None, off: int, dtype: torch.dtype, numel: int) -> Tenso
         return torch.empty(0, dtype=dtype)
     size = numel * torch.empty(0, dtype=dtype).element_size()
     return buf[off:off + size].view(dtype)
+
+
+def pack(tensors: list[Tensor], offs: list[int], total: int) -> Tensor:
+    """``tensors`` packed at ``offs`` into a new uint8 buffer of ``total`` bytes."""
+    buf = torch.zeros(total, dtype=torch.uint8)
+    for t, off in zip(tensors, offs, strict=True):
+        typed(buf, off, t.dtype, t.numel()).view(t.shape).copy_(t)
+    return buf
+
+
+def to_text(buf: Tensor) -> str:
+    """The base64 text of a uint8 buffer (what an inline record carries)."""
+    return base64.b64encode(buf.numpy().tobytes()).decode("ascii")
+
+
+def from_text(text: str) -> Tensor:
+    """The uint8 buffer ``to_text`` encoded."""
+    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)

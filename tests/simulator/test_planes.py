@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from simulator import connections
+from simulator.payload import from_text, layout, pack, to_text, typed
 from simulator.wire import Envelope, OpMeta, Splits, envelope_key, phase_key, rejected_key
 
 
@@ -18,6 +20,18 @@ def test_op_meta_round_trips_with_splits() -> None:
     assert isinstance(back.splits, Splits)
     bare = OpMeta("barrier()", "root 5 is out of range for 2 ranks", None, 0)
     assert OpMeta.decode(bare.encode()) == bare
+
+
+def test_inline_payload_round_trips_bit_exactly() -> None:
+    a, b = torch.tensor([1.5, -0.0, float("nan")]), torch.arange(5, dtype=torch.int64) - 2**40
+    offs, total = layout([a, b])
+    meta = OpMeta("all_reduce(float32[3], int64[5], sum)", None, None, 0, inline=to_text(pack([a, b], offs, total)))
+    back = OpMeta.decode(meta.encode())
+    assert back == meta
+    buf = from_text(back.inline)
+    assert buf.numel() == total
+    assert typed(buf, offs[0], a.dtype, 3).view(torch.int32).tolist() == a.view(torch.int32).tolist()
+    assert torch.equal(typed(buf, offs[1], b.dtype, 5), b)
 
 
 def test_envelope_round_trips_and_names_its_tensor() -> None:
