@@ -4,6 +4,7 @@ text form of a small payload carried inline in a store record."""
 from __future__ import annotations
 
 import base64
+import ctypes
 
 import torch
 from torch import Tensor
@@ -54,8 +55,10 @@ def pack(tensors: list[Tensor], offs: list[int], total: int) -> Tensor:
 
 
 def to_text(buf: Tensor) -> str:
-    """The base64 text of a uint8 buffer (what an inline record carries)."""
-    return base64.b64encode(buf.numpy().tobytes()).decode("ascii")
+    """The base64 text of a contiguous uint8 buffer (what an inline record carries); numpy is optional
+    for torch, so the bytes are read through ctypes."""
+    assert buf.dtype == torch.uint8 and buf.is_contiguous()
+    return base64.b64encode(ctypes.string_at(buf.data_ptr(), buf.numel())).decode("ascii")
 
 
 def from_text(text: str) -> Tensor:
