@@ -79,3 +79,24 @@ def test_connections_of_ended_threads_are_reused(max_idle: int, reopened: int, m
     assert len({id(c) for c in first}) == 6
     new = [c for c in second if all(c is not f for f in first)]
     assert len(new) == reopened, f"second wave opened {len(new)} connections, expected {reopened}"
+
+
+@pytest.mark.parametrize("own_connection", [True, False])
+def test_exchange_timeout_names_the_absent_rank(own_connection: bool) -> None:
+    from simulator.control import ControlPlane
+    from simulator.errors import RankTimeout
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    prefixes = ("ns/", "comm/c0/")
+    base = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
+    ctl = ControlPlane(base, "c0", [0, 1, 2], 0, 0.5, root=server if own_connection else None,
+                       prefixes=prefixes if own_connection else ())
+    peer = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
+    peer.set("op/1/meta/1", "from rank 1")
+    with pytest.raises(RankTimeout, match=r"timed out after 0.5s waiting for rank\(s\) 2 \(arrived: 0, 1\)"):
+        ctl.exchange(1, "meta", "mine", to=range(3), frm=range(3), what="all_reduce")
+    assert ctl.broken
+    peer.set("op/2/meta/1", "one")
+    peer.set("op/2/meta/2", "two")
+    ctl.broken = None
+    assert ctl.exchange(2, "meta", "mine", to=range(3), frm=range(3), what="all_reduce") == {1: "one", 2: "two"}
