@@ -33,8 +33,10 @@ def world_namespace(store: dist.Store, rank: int) -> tuple[str, str]:
     on a shared store server.
     """
     if rank == 0:
-        store.set("sim_world_uid", f"{os.getpid()}_{time.monotonic_ns() % 10**9}")
-    uid = store.get("sim_world_uid").decode()
+        uid = f"{os.getpid()}_{time.monotonic_ns() % 10**9}"
+        store.set("sim_world_uid", uid)
+    else:
+        uid = store.get("sim_world_uid").decode()
     return os.environ.get(SHM_PREFIX_ENV) or f"sim{uid}_", f"sim/{uid}/"
 
 
