@@ -33,9 +33,23 @@ def world_namespace(store: dist.Store, rank: int) -> tuple[str, str]:
     on a shared store server.
     """
     if rank == 0:
-        store.set("sim_world_uid", f"{os.getpid()}_{time.monotonic_ns() % 10**9}")
-    uid = store.get("sim_world_uid").decode()
+        uid = f"{os.getpid()}_{time.monotonic_ns() % 10**9}"
+        store.set("sim_world_uid", uid)
+    else:
+        uid = store.get("sim_world_uid").decode()
     return os.environ.get(SHM_PREFIX_ENV) or f"sim{uid}_", f"sim/{uid}/"
+
+
+def plain_copy(value: Any) -> Any:
+    """A deep copy of ``value``: dicts, lists and scalars copied directly (a config is plain data, and this
+    runs for every communicator), anything else through copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_copy(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return copy.deepcopy(value)
 
 
 def root_store(store: dist.Store) -> dist.Store | None:
@@ -107,10 +121,10 @@ class Communicator:
             parent=self.parent,
             mode=self.mode,
             device=self.device,
-            config=copy.deepcopy(self.config),
+            config=plain_copy(self.config),
             backend="sim",
         )
-        LOG.record("config_applied", comm=self.id, config=copy.deepcopy(self.config))
+        LOG.record("config_applied", comm=self.id, config=plain_copy(self.config))
 
     def local(self, global_rank: int) -> int:
         """The member index of ``global_rank`` in this communicator."""

@@ -61,6 +61,10 @@ class ControlPlane:
 
     def store(self) -> dist.Store:
         """This thread's own store connection (a blocking wait must not stall other threads)."""
+        return self._thread_store()[0]
+
+    def _thread_store(self) -> tuple[dist.Store, dist.TCPStore | None]:
+        """This thread's store, and the TCPStore connection under it when this thread alone holds one."""
         if self._root is not None:  # the thread's connection can change: streams hand theirs back when idle
             conn = connections.acquire(self._root)
             if getattr(self._tls, "conn", None) is not conn:
@@ -68,7 +72,7 @@ class ControlPlane:
                 for prefix in self._prefixes:  # innermost first, as `store` was built
                     st = dist.PrefixStore(prefix, st)
                 self._tls.conn, self._tls.store = conn, st
-            return self._tls.store
+            return self._tls.store, conn if conn is not self._root and isinstance(conn, dist.TCPStore) else None
         st = getattr(self._tls, "store", None)
         if st is None:
             try:
@@ -76,7 +80,7 @@ class ControlPlane:
             except (RuntimeError, AttributeError):
                 st = self._base
             self._tls.store = st
-        return st
+        return st, None
 
     def exchange(self, seq: int, phase: str, body: str, *, to: Iterable[int], frm: Iterable[int],
                  what: str) -> dict[int, str]:
@@ -86,7 +90,7 @@ class ControlPlane:
         for op seq: every reader of such a key read it before posting its own message for op seq - 1,
         which this rank has seen.
         """
-        st = self.store()
+        st, own = self._thread_store()
         if any(j != self.me for j in to):
             key = phase_key(phase, seq, self.me)
             st.set(key, body)
@@ -97,8 +101,14 @@ class ControlPlane:
         if not want:
             return {}
         keys = [phase_key(phase, seq, j) for j in want]
+        timeout = datetime.timedelta(seconds=self.timeout_s)
         try:
-            st.wait(keys, datetime.timedelta(seconds=self.timeout_s))
+            if own is not None:  # TCPStore's multi_get waits for its keys (store timeout), saving a round trip
+                own.set_timeout(timeout)
+                values = st.multi_get(keys)
+            else:
+                st.wait(keys, timeout)
+                values = st.multi_get(keys)
         except dist.DistStoreError:
             missing = [self.g(j) for j, k in zip(want, keys, strict=True) if not st.check([k])]
             arrived = sorted({self.g(self.me)} | {self.g(j) for j in want} - set(missing))
@@ -106,4 +116,4 @@ class ControlPlane:
                 f"{self.where(seq)}: {what} on rank {self.g(self.me)} timed out after {self.timeout_s:g}s "
                 f"waiting for rank(s) {', '.join(map(str, sorted(missing)))} "
                 f"(arrived: {', '.join(map(str, arrived))})") from None
-        return {j: v.decode() for j, v in zip(want, st.multi_get(keys), strict=True)}
+        return {j: v.decode() for j, v in zip(want, values, strict=True)}

@@ -5,10 +5,11 @@ composed of three planes with one job each.
 - :mod:`simulator.slots`: the collective slot protocol (where each rank's payload lies in /dev/shm);
 - :mod:`simulator.p2p`: P2P envelopes on ordered channels.
 
-Messages are typed records (:mod:`simulator.wire`); tensor bytes only ever travel through shared
-memory. This module holds the collectives themselves: each writes its payload into this rank's
-slot, exchanges one :class:`~simulator.wire.OpMeta` per rank, checks every rank made the same call,
-then reads peers' slots.
+Messages are typed records (:mod:`simulator.wire`); tensor bytes travel through shared memory,
+except a collective's small payload, which rides inline in its record. This module holds the
+collectives themselves: each stages its payload (in this rank's slot, or inline), exchanges one
+:class:`~simulator.wire.OpMeta` per rank, checks every rank made the same call, then reads peers'
+payloads.
 """
 
 from __future__ import annotations
@@ -31,12 +32,16 @@ from simulator.control import ControlPlane
 from simulator.defects import NONE, Defects
 from simulator.errors import CollectiveMismatch, SimError
 from simulator.p2p import P2PPlane
-from simulator.payload import layout, nbytes, tdesc, typed
+from simulator.payload import from_text, layout, nbytes, pack, tdesc, to_text, typed
 from simulator.reduction import dtype_name, reduce_into, unsupported
 from simulator.slots import SlotPlane
 from simulator.wire import OpMeta, Splits
 
 _SPLIT_BYTES = 4 << 20  # tensors this large are reduced in n chunks, one chunk per rank (measured)
+# A payload travels inline in its OpMeta, not through shared memory, when the n ranks' payloads of one op
+# add up to at most this: the store then carries at most n * _INLINE_BYTES per op, and a small op needs
+# no segment, no mapping and none of the mapping protocol's store round trips.
+_INLINE_BYTES = 64 << 10
 _INSTANCES = itertools.count()  # makes segment names unique per Fabric within a process
 
 
@@ -69,12 +74,14 @@ def _split(rows: int, n: int, sizes: list[int] | None, what: str) -> tuple[list[
 
 @dataclass
 class _Op:
-    """One collective in flight: its sequence number, every rank's metadata and the payload layout."""
+    """One collective in flight: its sequence number, every rank's metadata, the payload layout, and the
+    payloads that came inline (None for a rank whose payload is in its slot, or who posted none)."""
 
     name: str
     seq: int
     metas: list[OpMeta]
     offs: list[int]
+    inline: list[Tensor | None]
 
 
 class Fabric(ListCollectives):
@@ -109,7 +116,8 @@ class Fabric(ListCollectives):
         return self.control.where(seq)
 
     def _slot(self, op: _Op, j: int) -> Tensor | None:
-        return self.slots.slot(op.seq, j, op.metas[j])
+        inline = op.inline[j]
+        return inline if inline is not None else self.slots.slot(op.seq, j, op.metas[j])
 
     def _view(self, op: _Op, j: int, k: int, like: Tensor) -> Tensor:
         """Flat view of rank j's k-th payload tensor (dtype and size of `like`) for `op`."""
@@ -118,16 +126,22 @@ class Fabric(ListCollectives):
     # --------------------------------------------------------- collective core
     def _begin(self, name: str, desc: str, err: str | None, payload: list[Tensor],
                splits: Splits | None = None) -> _Op:
-        """Write `payload` into this rank's slot, exchange metadata and check every rank agrees."""
+        """Stage `payload` (in this rank's slot, or inline when small), exchange metadata and check every
+        rank agrees."""
         self.control.check_usable(name)
         self.seq += 1
         seq = self.seq
         offs, total = layout(payload)
-        if err is None and total:
-            slot = self.slots.own_slot(seq, total)
-            for t, off in zip(payload, offs, strict=True):
-                typed(slot, off, t.dtype, t.numel()).view(t.shape).copy_(t)
-        mine = OpMeta(desc, err, self.slots.segment, self.slots.slot_bytes, splits)
+        inline = None
+        if err is None and total and total * self.n <= _INLINE_BYTES:
+            inline = pack(payload, offs, total)
+            mine = OpMeta(desc, err, None, 0, splits, inline=to_text(inline))
+        else:
+            if err is None and total:
+                slot = self.slots.own_slot(seq, total)
+                for t, off in zip(payload, offs, strict=True):
+                    typed(slot, off, t.dtype, t.numel()).view(t.shape).copy_(t)
+            mine = OpMeta(desc, err, self.slots.segment, self.slots.slot_bytes, splits)
         everyone = range(self.n)
         got = self.control.exchange(seq, "meta", mine.encode(), to=everyone, frm=everyone, what=name)
         metas = [mine if j == self.me else OpMeta.decode(got[j]) for j in everyone]
@@ -139,7 +153,9 @@ class Fabric(ListCollectives):
         errs = [f"rank {self._g(j)}: {m.refusal}" for j, m in enumerate(metas) if m.refusal]
         if errs:
             raise SimError(f"{self._where(seq)}: {name} rejected: " + "; ".join(errs))
-        return _Op(name, seq, metas, offs)
+        inlined = [inline if j == self.me else None if m.inline is None else from_text(m.inline)
+                   for j, m in enumerate(metas)]
+        return _Op(name, seq, metas, offs, inlined)
 
     def _check_root(self, root: int) -> str | None:
         if not 0 <= root < self.n:

@@ -1,6 +1,10 @@
-"""Tensor payloads in flat shared buffers: sizes, packing offsets, typed views, descriptions."""
+"""Tensor payloads in flat shared buffers: sizes, packing offsets, typed views, descriptions, and the
+text form of a small payload carried inline in a store record."""
 
 from __future__ import annotations
+
+import base64
+import ctypes
 
 import torch
 from torch import Tensor
@@ -40,3 +44,23 @@ def typed(buf: Tensor | None, off: int, dtype: torch.dtype, numel: int) -> Tenso
         return torch.empty(0, dtype=dtype)
     size = numel * torch.empty(0, dtype=dtype).element_size()
     return buf[off:off + size].view(dtype)
+
+
+def pack(tensors: list[Tensor], offs: list[int], total: int) -> Tensor:
+    """``tensors`` packed at ``offs`` into a new uint8 buffer of ``total`` bytes."""
+    buf = torch.zeros(total, dtype=torch.uint8)
+    for t, off in zip(tensors, offs, strict=True):
+        typed(buf, off, t.dtype, t.numel()).view(t.shape).copy_(t)
+    return buf
+
+
+def to_text(buf: Tensor) -> str:
+    """The base64 text of a contiguous uint8 buffer (what an inline record carries); numpy is optional
+    for torch, so the bytes are read through ctypes."""
+    assert buf.dtype == torch.uint8 and buf.is_contiguous()
+    return base64.b64encode(ctypes.string_at(buf.data_ptr(), buf.numel())).decode("ascii")
+
+
+def from_text(text: str) -> Tensor:
+    """The uint8 buffer ``to_text`` encoded."""
+    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)

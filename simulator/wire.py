@@ -24,17 +24,21 @@ class Splits:
 @dataclass(frozen=True)
 class OpMeta:
     """What one rank posts for one collective: the call it made, why it refuses it (None: it does not),
-    and where its payload lies (segment name and slot size)."""
+    and where its payload lies: in its slot (segment name and slot size), or, for a small payload,
+    ``inline`` in this record (base64 of the packed bytes)."""
 
     call: str
     refusal: str | None
     segment: str | None
     slot_bytes: int
     splits: Splits | None = None
+    inline: str | None = None
 
     def encode(self) -> str:
         """JSON text of this record."""
-        return json.dumps(asdict(self))
+        splits = None if self.splits is None else asdict(self.splits)
+        return json.dumps({"call": self.call, "refusal": self.refusal, "segment": self.segment,
+                           "slot_bytes": self.slot_bytes, "splits": splits, "inline": self.inline})
 
     @classmethod
     def decode(cls, raw: str | bytes) -> OpMeta:

@@ -518,3 +518,18 @@ def test_no_segment_outlives_its_op(prefix: str) -> None:
         return [f for f in os.listdir(shm.SHM_DIR) if f.startswith(prefix)]
 
     assert ok_values(run_ranks(3, body, prefix), 3) == [[], [], []]
+
+
+def test_small_payloads_ride_inline_and_large_ones_in_slots(prefix: str) -> None:
+    def body(fab: Fabric, rank: int, n: int) -> list[object]:
+        small = torch.full((4,), float(rank + 1))
+        fab.all_reduce([small], "sum")
+        after_small = fab.slots.segment
+        large = torch.full((1 << 16,), float(rank + 1))
+        fab.all_reduce([large], "sum")
+        return [after_small, fab.slots.segment is not None, small.tolist(), bool((large == 6.0).all())]
+
+    for rank, (seg, has_seg, small, large_ok) in enumerate(ok_values(run_ranks(3, body, prefix), 3)):
+        assert seg is None, f"rank {rank}: a 16-byte all_reduce created segment {seg}"
+        assert has_seg, f"rank {rank}: a 256 KiB all_reduce created no segment"
+        assert small == [6.0] * 4 and large_ok, f"rank {rank}: wrong sums {small}, large ok={large_ok}"

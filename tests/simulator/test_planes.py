@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from simulator import connections
+from simulator.payload import from_text, layout, pack, to_text, typed
 from simulator.wire import Envelope, OpMeta, Splits, envelope_key, phase_key, rejected_key
 
 
@@ -18,6 +20,18 @@ def test_op_meta_round_trips_with_splits() -> None:
     assert isinstance(back.splits, Splits)
     bare = OpMeta("barrier()", "root 5 is out of range for 2 ranks", None, 0)
     assert OpMeta.decode(bare.encode()) == bare
+
+
+def test_inline_payload_round_trips_bit_exactly() -> None:
+    a, b = torch.tensor([1.5, -0.0, float("nan")]), torch.arange(5, dtype=torch.int64) - 2**40
+    offs, total = layout([a, b])
+    meta = OpMeta("all_reduce(float32[3], int64[5], sum)", None, None, 0, inline=to_text(pack([a, b], offs, total)))
+    back = OpMeta.decode(meta.encode())
+    assert back == meta
+    buf = from_text(back.inline)
+    assert buf.numel() == total
+    assert typed(buf, offs[0], a.dtype, 3).view(torch.int32).tolist() == a.view(torch.int32).tolist()
+    assert torch.equal(typed(buf, offs[1], b.dtype, 5), b)
 
 
 def test_envelope_round_trips_and_names_its_tensor() -> None:
@@ -65,3 +79,24 @@ def test_connections_of_ended_threads_are_reused(max_idle: int, reopened: int, m
     assert len({id(c) for c in first}) == 6
     new = [c for c in second if all(c is not f for f in first)]
     assert len(new) == reopened, f"second wave opened {len(new)} connections, expected {reopened}"
+
+
+@pytest.mark.parametrize("own_connection", [True, False])
+def test_exchange_timeout_names_the_absent_rank(own_connection: bool) -> None:
+    from simulator.control import ControlPlane
+    from simulator.errors import RankTimeout
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    prefixes = ("ns/", "comm/c0/")
+    base = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
+    ctl = ControlPlane(base, "c0", [0, 1, 2], 0, 0.5, root=server if own_connection else None,
+                       prefixes=prefixes if own_connection else ())
+    peer = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
+    peer.set("op/1/meta/1", "from rank 1")
+    with pytest.raises(RankTimeout, match=r"timed out after 0.5s waiting for rank\(s\) 2 \(arrived: 0, 1\)"):
+        ctl.exchange(1, "meta", "mine", to=range(3), frm=range(3), what="all_reduce")
+    assert ctl.broken
+    peer.set("op/2/meta/1", "one")
+    peer.set("op/2/meta/2", "two")
+    ctl.broken = None
+    assert ctl.exchange(2, "meta", "mine", to=range(3), frm=range(3), what="all_reduce") == {1: "one", 2: "two"}
