@@ -119,8 +119,11 @@ class _Collector:
         self.runs: dict[str, SuiteRun] = {}
         self.started = now_iso()
         self.interrupted = False
+        self.finished = 0  # items whose teardown was reported
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.finished += 1
         for name, value in report.user_properties:
             if name == _PROPERTY and report.when == "call":
                 result = Result.from_json(json.loads(value))
@@ -130,10 +133,11 @@ class _Collector:
         self.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        # Fewer results than items (Ctrl-C, --maxfail, or a second Ctrl-C that broke pytest's own reporting
-        # and ends as an internal error): the report must not claim a verdict.
+        # Fewer items finished than collected (Ctrl-C, --maxfail, or a second Ctrl-C that broke pytest's own
+        # reporting, which can end with any exit status; under xdist the controller's stop flag is not the
+        # session's): the report must not claim a verdict.
         ran_to_the_end = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-        if not ran_to_the_end or session.shouldstop or session.shouldfail:
+        if not ran_to_the_end or session.shouldstop or session.shouldfail or self.finished < session.testscollected:
             self.interrupted = True
         for target, run in self.runs.items():
             run.interrupted = self.interrupted

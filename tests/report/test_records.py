@@ -112,7 +112,8 @@ def test_pytest_writes_the_report_the_cli_would(tmp_path):
     for result in ran:
         props = [(_PROPERTY, json.dumps(result.to_json()))]
         collector.pytest_runtest_logreport(SimpleNamespace(when="call", user_properties=props))
-    collector.pytest_sessionfinish(SimpleNamespace(shouldstop=False, shouldfail=False), 0)
+        collector.pytest_runtest_logreport(SimpleNamespace(when="teardown", user_properties=[]))
+    collector.pytest_sessionfinish(SimpleNamespace(shouldstop=False, shouldfail=False, testscollected=len(ran)), 0)
     written = json.loads((tmp_path / "gloo.json").read_text())
     expected = finish_run(SuiteRun(results=ran, started=collector.started), "gloo").report
     drop = ("finished", "digest")
@@ -122,3 +123,20 @@ def test_pytest_writes_the_report_the_cli_would(tmp_path):
     assert [s["requirement"] for s in written["stale_waivers"]] == ["P2P-PEER-OUTSIDE"]
     assert {u["requirement"]: u["missing"] for u in written["summary"]["judged"]["unjudged"]} == {
         "SPLIT-MEMBERSHIP": ["split"]}
+    assert written["interrupted"] is False
+
+
+def test_a_pytest_run_with_fewer_items_finished_than_collected_is_marked_interrupted(tmp_path):
+    """Whatever the exit status (a second Ctrl-C can break pytest's own reporting), an item that never
+    finished makes the report interrupted, with no verdict claimed."""
+    from conformance.pytest_plugin import _PROPERTY, _Collector
+
+    result = Result("P2P-DATA", "p2p", "MUST", 2, Outcome.PASS, "", 0.1, "sim",
+                    ranks=[RankOutcome(0, Outcome.PASS, "")])
+    props = [(_PROPERTY, json.dumps(result.to_json()))]
+    collector = _Collector(tmp_path)
+    collector.pytest_runtest_logreport(SimpleNamespace(when="call", user_properties=props))
+    collector.pytest_runtest_logreport(SimpleNamespace(when="teardown", user_properties=[]))
+    collector.pytest_sessionfinish(SimpleNamespace(shouldstop=False, shouldfail=False, testscollected=2), 0)
+    written = json.loads((tmp_path / "sim.json").read_text())
+    assert written["interrupted"] is True and written["verdict"] == "incomplete"
