@@ -7,7 +7,6 @@ Before the Work futures carried the output tensors, every configuration crashed 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from tests.clients import training
 from tests.clients.harness import run_ranks, values
 
 CONFIGS = {
@@ -25,36 +25,18 @@ CONFIGS = {
 }
 
 
-def _model(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).double()
-
-
-def _batch(rank: int, step: int) -> torch.Tensor:
-    return torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * step + rank), dtype=torch.float64)
-
-
 def train(config: str, steps: int = 3):
     kwargs, hook = CONFIGS[config]
 
     def body(rank: int, n: int) -> dict[str, Any]:
-        model = _model(seed=rank)  # DDP must broadcast rank 0's parameters
-        reference = copy.deepcopy(_model(seed=0))
-        ddp = DistributedDataParallel(model, **kwargs)
+        local = training.model(seed=rank)  # DDP must broadcast rank 0's parameters
+        reference = training.model(seed=0)
+        ddp = DistributedDataParallel(local, **kwargs)
         if hook:
             ddp.register_comm_hook(None, default_hooks.allreduce_hook)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-        for step in range(steps):
-            batches = [_batch(r, step) for r in range(n)]
-            ddp(batches[rank]).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-            (sum(reference(x).pow(2).mean() for x in batches) / n).backward()
-            ref_opt.step()
-            ref_opt.zero_grad()
-        diff = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters(), strict=True))
-        return {"params": [p.detach() for p in model.parameters()], "diff_from_reference": diff}
+        training.train_with_reference(ddp, reference, rank, n, steps)
+        diff = max((p - q).abs().max().item() for p, q in zip(local.parameters(), reference.parameters(), strict=True))
+        return {"params": [p.detach() for p in local.parameters()], "diff_from_reference": diff}
 
     return body
 

@@ -8,37 +8,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tests.clients import training
 from tests.clients.harness import both
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)).double()
-
-
-def _batch(rank: int, step: int) -> torch.Tensor:
-    return torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * step + rank), dtype=torch.float64)
 
 
 def fsdp2(rank: int, n: int) -> dict[str, Any]:
     from torch.distributed.fsdp import fully_shard
 
-    model, reference = _model(), _model()
+    model, reference = training.model(), training.model()
     mesh = dist.device_mesh.init_device_mesh("cpu", (n,))
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    for step in range(2):
-        batches = [_batch(r, step) for r in range(n)]
-        model(batches[rank]).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
-        (sum(reference(x).pow(2).mean() for x in batches) / n).backward()
-        ref_opt.step()
-        ref_opt.zero_grad()
+    training.train_with_reference(model, reference, rank, n, steps=2)
     full = [p.full_tensor() for p in model.parameters()]
     diff = max((p - q).abs().max().item() for p, q in zip(full, reference.parameters(), strict=True))
     return {"params": full, "diff": diff}
