@@ -24,7 +24,7 @@ from conformance.report import Result, write_report
 from conformance.report.build import now_iso
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
-from conformance.session import SuiteRun, finish_run, judge, load_bound_catalog, statements
+from conformance.session import SuiteRun, finish_run, judge, load_bound_catalog, load_target_expectations, statements
 from conformance.spec import Requirement
 from conformance.targets import available_targets
 from conformance.targets.registry import BUILTIN, target_class
@@ -96,7 +96,7 @@ def run_item(case: Case, pools: PoolSet, request: pytest.FixtureRequest) -> None
     others), and map its outcome, judged as the report will state it, onto pytest's."""
     ran = run_case(pools, case.requirement, case.target, case.world_size, timeout_s=case.timeout_s)
     request.node.user_properties.append((_PROPERTY, json.dumps(ran.to_json())))
-    (result,), _ = judge(case.target, [ran])
+    (result,), _ = judge([ran], load_target_expectations(case.target))
     traces = "\n".join(f"--- rank {r.rank} ---\n{r.traceback}" for r in result.ranks if r.traceback)
     if result.outcome is Outcome.FAIL and case.requirement.level == "SHOULD":
         pytest.xfail(f"SHOULD not met (a finding; the verdict counts only MUSTs): {result.detail}")

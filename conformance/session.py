@@ -167,10 +167,10 @@ def run_suite(
     return finish_run(run, target, target_options)
 
 
-def judge(target: str, results: list[Result]) -> tuple[list[Result], list[dict[str, Any]]]:
+def judge(results: list[Result], expectations: list[Expectation]) -> tuple[list[Result], list[dict[str, Any]]]:
     """The results as the report states them: the target's expectations applied (a known failure is
     waived), passes of fixed-upstream findings noted; and the stale waivers found."""
-    results, stale = apply_expectations(results, load_target_expectations(target), strict=False)
+    results, stale = apply_expectations(results, expectations, strict=False)
     return fixed_upstream(results), stale
 
 
@@ -179,8 +179,9 @@ def finish_run(run: SuiteRun, target: str, target_options: dict[str, Any] | None
 
     ``run.results`` are the cases as they ran; afterwards they are as the report states them.
     """
-    run.results, run.stale = judge(target, run.results)
-    run.out_of_range = out_of_range(load_target_expectations(target))
+    expectations = load_target_expectations(target)
+    run.results, run.stale = judge(run.results, expectations)
+    run.out_of_range = out_of_range(expectations)
     stack = make_target(target, target_options)
     environment = collect_environment(stack.environment())
     run.report = build_report(target, run.results, environment, interrupted=run.interrupted, started=run.started,

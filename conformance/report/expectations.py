@@ -77,7 +77,7 @@ class Expectation:
 def _expectation(file: str, index: int, entry: dict[str, Any]) -> Expectation:
     rid = entry_name(entry, "requirement", index)
     torch_range = version_range(entry.get("torch", ""), file, rid, "torch")
-    return Expectation(entry["requirement"].strip(), Outcome(entry["outcome"]), entry["reason"].strip(),
+    return Expectation(entry["requirement"].strip(), entry["outcome"], entry["reason"].strip(),
                        entry["issue"].strip(), tuple(entry.get("world_sizes", ())), torch_range, file)
 
 

@@ -8,7 +8,7 @@ torchrun carry rank outcomes in it, pytest-xdist carries results in it, and the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from conformance.outcomes import Outcome
@@ -49,7 +49,7 @@ class RankOutcome:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RankOutcome:
         """Inverse of to_json; an unknown outcome string is a ValueError."""
-        return cls(rank=data["rank"], outcome=Outcome(data["outcome"]), detail=data.get("detail", ""),
+        return cls(rank=data["rank"], outcome=data["outcome"], detail=data.get("detail", ""),
                    traceback=data.get("traceback", ""), notes=list(data.get("notes", ())),
                    status=data.get("status"), exitcode=data.get("exitcode"), duration_s=data.get("duration_s"))
 
@@ -75,13 +75,11 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object for this result."""
-        return {"requirement": self.requirement, "area": self.area, "level": self.level,
-                "world_size": self.world_size, "outcome": self.outcome.value, "detail": self.detail,
-                "duration_s": self.duration_s, "target": self.target, "ranks": [r.to_json() for r in self.ranks],
-                "notes": list(self.notes), "waiver": None if self.waiver is None else dict(self.waiver)}
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {
+            "outcome": self.outcome.value, "ranks": [r.to_json() for r in self.ranks], "notes": list(self.notes),
+            "waiver": None if self.waiver is None else dict(self.waiver)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Result:
         """Inverse of to_json."""
-        return cls(**{**data, "outcome": Outcome(data["outcome"]),
-                      "ranks": [RankOutcome.from_json(r) for r in data.get("ranks", ())]})
+        return cls(**{**data, "ranks": [RankOutcome.from_json(r) for r in data.get("ranks", ())]})

@@ -111,7 +111,7 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
             {"requirement_id": requirement.id, "target_name": target_name,
              "target_options": target_options, "timeout_s": timeout_s, **(task_kwargs or {})},
             timeout_s + POOL_GRACE_S,
-            failed=lambda value: RankOutcome.from_json(value).outcome is Outcome.ERROR,
+            failed=lambda value: Outcome(value["outcome"]) is Outcome.ERROR,
         )
     finally:
         if isolated:
