@@ -108,16 +108,16 @@ def _on_this_thread(original: Callable[..., Any], virtual: Callable[..., Any]) -
 
 @contextlib.contextmanager
 def virtual_accelerator() -> Iterator[None]:
-    """Make torch believe the CPU is the current accelerator, on the calling thread, for the duration of the block."""
-    with Patches() as patches:
-        patches.wrap(torch.accelerator, "is_available", lambda original: _on_this_thread(original, lambda: True))
-        patches.wrap(torch.accelerator, "current_accelerator",
-                     lambda original: _on_this_thread(original, lambda *a, **k: torch.device("cpu")))
-        _virtual.depth = getattr(_virtual, "depth", 0) + 1
-        try:
-            yield
-        finally:
-            _virtual.depth -= 1
+    """Make torch believe the CPU is the current accelerator, on the calling thread, for the duration of the block.
+
+    The thread-aware answers are installed once, by ``install()``; a block only marks its thread, so blocks on
+    different threads never undo each other.
+    """
+    _virtual.depth = getattr(_virtual, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _virtual.depth -= 1
 
 
 def _is_sim(pg: Any) -> bool:
@@ -206,6 +206,9 @@ def install() -> None:
     """Install the wrappers this torch needs (idempotent)."""
     if _installed:
         return
+    _installed.wrap(torch.accelerator, "is_available", lambda original: _on_this_thread(original, lambda: True))
+    _installed.wrap(torch.accelerator, "current_accelerator",
+                    lambda original: _on_this_thread(original, lambda *a, **k: torch.device("cpu")))
     _installed.wrap(c10d, "split_group", _wrapper(_split_group))
     _installed.replace(dist, "split_group", c10d.split_group)
     if SPLIT_FROM_IN_OPTIONS:

@@ -2,6 +2,7 @@
 
 import os
 import threading
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -44,7 +45,16 @@ def test_set_item_restores_a_missing_and_a_present_key() -> None:
     assert env == {"KEEP": "1"}
 
 
-def test_virtual_accelerator_is_seen_on_the_calling_thread_only() -> None:
+@pytest.fixture
+def installed_shim() -> Iterator[None]:
+    shim.install()
+    try:
+        yield
+    finally:
+        shim.uninstall()
+
+
+def test_virtual_accelerator_is_seen_on_the_calling_thread_only(installed_shim: None) -> None:
     seen: dict[str, object] = {}
     other = threading.Thread(target=lambda: seen.update(other=torch.accelerator.is_available()))
     before = torch.accelerator.is_available()
@@ -55,6 +65,26 @@ def test_virtual_accelerator_is_seen_on_the_calling_thread_only() -> None:
         other.join()
     assert seen["other"] == before  # a stream thread keeps torch's own answer
     assert torch.accelerator.is_available() == before and "is_available" not in vars(shim)
+
+
+def test_virtual_accelerator_blocks_on_two_threads_do_not_undo_each_other(installed_shim: None) -> None:
+    """A thread leaving its block while a thread that entered later is still inside must not take that
+    thread's answer away."""
+    inside, left, seen = threading.Event(), threading.Event(), {}
+
+    def other() -> None:
+        with shim.virtual_accelerator():
+            inside.set()
+            left.wait(10)
+            seen["still"] = torch.accelerator.is_available()
+
+    thread = threading.Thread(target=other)
+    with shim.virtual_accelerator():  # this thread enters first ...
+        thread.start()
+        inside.wait(10)
+    left.set()  # ... and leaves first
+    thread.join(10)
+    assert seen["still"] is True
 
 
 def test_install_and_uninstall_go_through_one_undo_stack() -> None:
