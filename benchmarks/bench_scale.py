@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import simulator
 from conformance.runner.forked import fork_and_collect
 from simulator import shm
+from simulator.comm import SHM_PREFIX_ENV
 
 PREFIX = f"benchscale{os.getpid()}_"
 
@@ -60,7 +61,7 @@ def _line_up(store: dist.Store, n: int, name: str) -> None:
 
 def _rank(ports: Any, n: int, rank: int, q: Any) -> None:
     try:
-        os.environ["CONFORMANCE_SHM_PREFIX"] = PREFIX
+        os.environ[SHM_PREFIX_ENV] = PREFIX
         torch.set_num_threads(1)
         simulator.register()
         store = dist.TCPStore("127.0.0.1", ports.get(timeout=60), is_master=False,
