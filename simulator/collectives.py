@@ -14,9 +14,12 @@ import torch
 from torch import Tensor
 
 from simulator.errors import CollectiveMismatch
-from simulator.payload import offsets, tdesc
+from simulator.payload import nbytes, offsets, tdesc
 from simulator.reduction import dtype_name, reduce_into, unsupported
 from simulator.wire import Splits
+
+if TYPE_CHECKING:
+    from simulator.control import ControlPlane
 
 
 def _same(tensors: list[Tensor], like: Tensor, what: str) -> str | None:
@@ -32,13 +35,12 @@ class ListCollectives:
         me: int
         defects: Any
         _coll_lock: Any
+        control: ControlPlane
 
         def _begin(self, name: str, desc: str, err: str | None, payload: list[Tensor],
                    splits: Splits | None = None) -> Any: ...
         def _view(self, op: Any, j: int, k: int, like: Tensor) -> Tensor: ...
         def _check_root(self, root: int) -> str | None: ...
-        def _where(self, seq: int | None = None) -> str: ...
-        def _g(self, local: int) -> int: ...
 
     def gather(self, outputs: list[Tensor], input: Tensor, root: int) -> None:
         """On the root, outputs[j] := rank j's input; other ranks pass no outputs."""
@@ -81,7 +83,7 @@ class ListCollectives:
         with self._coll_lock:
             o = self._begin("scatter", f"scatter({tdesc(output)}, root={root})", err,
                             inputs if self.me == root else [])
-            o.offs = offsets([output.numel() * output.element_size()] * self.n)[0]
+            o.offs = offsets([nbytes(output)] * self.n)[0]
             output.copy_(self._view(o, root, self.me, output).view(output.shape))
 
     def all_to_all(self, outputs: list[Tensor], inputs: list[Tensor]) -> None:
@@ -96,12 +98,13 @@ class ListCollectives:
         with self._coll_lock:
             o = self._begin("all_to_all", f"all_to_all({dtype})", err, inputs,
                             Splits([list(t.shape) for t in inputs], [list(t.shape) for t in outputs],
-                                   [t.numel() * t.element_size() for t in inputs]))
-            bad = [f"rank {self._g(j)} sends {m.splits.sends[self.me]} to rank {self._g(self.me)}, which expects "
+                                   [nbytes(t) for t in inputs]))
+            g = self.control.g
+            bad = [f"rank {g(j)} sends {m.splits.sends[self.me]} to rank {g(self.me)}, which expects "
                    f"{list(outputs[j].shape)}" for j, m in enumerate(o.metas)
                    if m.splits.sends[self.me] != list(outputs[j].shape)]
             if bad:
-                raise CollectiveMismatch(f"{self._where(o.seq)}: all_to_all tensor shapes disagree: "
+                raise CollectiveMismatch(f"{self.control.where(o.seq)}: all_to_all tensor shapes disagree: "
                                          + "; ".join(bad))
             for j, out in enumerate(outputs):
                 o.offs = offsets(o.metas[j].splits.nbytes)[0]

@@ -32,7 +32,7 @@ from simulator.control import ControlPlane
 from simulator.defects import NONE, Defects
 from simulator.errors import CollectiveMismatch, SimError
 from simulator.p2p import P2PPlane
-from simulator.payload import from_text, layout, nbytes, pack, tdesc, to_text, typed
+from simulator.payload import from_text, layout, nbytes, pack, pack_into, tdesc, to_text, typed
 from simulator.reduction import dtype_name, reduce_into, unsupported
 from simulator.slots import SlotPlane
 from simulator.wire import OpMeta, Splits
@@ -96,8 +96,7 @@ class Fabric(ListCollectives):
                  prefixes: tuple[str, ...] = (), defects: Defects = NONE):
         self.defects = defects  # the planted defects of the backend this communicator belongs to
         self.control = ControlPlane(store, comm_id, members, my_rank, timeout_s, root=root, prefixes=prefixes)
-        self.comm_id, self.members = comm_id, self.control.members
-        self.me, self.n, self.timeout_s = self.control.me, self.control.n, timeout_s
+        self.me, self.n = self.control.me, self.control.n
         self.seq = 0
         comm = re.sub(r"[^A-Za-z0-9_.-]", "_", comm_id)
         if len(comm) > 64:
@@ -109,12 +108,6 @@ class Fabric(ListCollectives):
         self.p2p = P2PPlane(self.control, stem, defects)
 
     # ----------------------------------------------------------------- helpers
-    def _g(self, local: int) -> int:
-        return self.members[local]
-
-    def _where(self, seq: int | None = None) -> str:
-        return self.control.where(seq)
-
     def _slot(self, op: _Op, j: int) -> Tensor | None:
         inline = op.inline[j]
         return inline if inline is not None else self.slots.slot(op.seq, j, op.metas[j])
@@ -138,9 +131,7 @@ class Fabric(ListCollectives):
             mine = OpMeta(desc, err, None, 0, splits, inline=to_text(inline))
         else:
             if err is None and total:
-                slot = self.slots.own_slot(seq, total)
-                for t, off in zip(payload, offs, strict=True):
-                    typed(slot, off, t.dtype, t.numel()).view(t.shape).copy_(t)
+                pack_into(self.slots.own_slot(seq, total), payload, offs)
             mine = OpMeta(desc, err, self.slots.segment, self.slots.slot_bytes, splits)
         everyone = range(self.n)
         got = self.control.exchange(seq, "meta", mine.encode(), to=everyone, frm=everyone, what=name)
@@ -148,11 +139,11 @@ class Fabric(ListCollectives):
         self.slots.map_peers(seq, metas, name)
         calls = [m.call for m in metas]
         if any(c != calls[0] for c in calls):
-            raise CollectiveMismatch(f"{self._where(seq)}: ranks issued different collectives: "
-                                     + "; ".join(f"rank {self._g(j)}: {c}" for j, c in enumerate(calls)))
-        errs = [f"rank {self._g(j)}: {m.refusal}" for j, m in enumerate(metas) if m.refusal]
+            raise CollectiveMismatch(f"{self.control.where(seq)}: ranks issued different collectives: "
+                                     + "; ".join(f"rank {self.control.g(j)}: {c}" for j, c in enumerate(calls)))
+        errs = [f"rank {self.control.g(j)}: {m.refusal}" for j, m in enumerate(metas) if m.refusal]
         if errs:
-            raise SimError(f"{self._where(seq)}: {name} rejected: " + "; ".join(errs))
+            raise SimError(f"{self.control.where(seq)}: {name} rejected: " + "; ".join(errs))
         inlined = [inline if j == self.me else None if m.inline is None else from_text(m.inline)
                    for j, m in enumerate(metas)]
         return _Op(name, seq, metas, offs, inlined)
@@ -301,11 +292,11 @@ class Fabric(ListCollectives):
         with self._coll_lock:
             o = self._begin("all_to_all_single", desc, err, [input], Splits(in_sp, out_sp))
             sends = [m.splits.sends for m in o.metas]
-            bad = [f"rank {self._g(i)} sends {sends[i][j]} rows to rank {self._g(j)}, which expects "
+            bad = [f"rank {self.control.g(i)} sends {sends[i][j]} rows to rank {self.control.g(j)}, which expects "
                    f"{m.splits.expects[i]}" for j, m in enumerate(o.metas) for i in range(self.n)
                    if sends[i][j] != m.splits.expects[i]]
             if bad:
-                raise CollectiveMismatch(f"{self._where(o.seq)}: all_to_all_single split sizes disagree: "
+                raise CollectiveMismatch(f"{self.control.where(o.seq)}: all_to_all_single split sizes disagree: "
                                          + "; ".join(bad))
             row = math.prod(input.shape[1:])
             full = output if output.is_contiguous() else torch.empty(output.shape, dtype=output.dtype)
@@ -320,11 +311,6 @@ class Fabric(ListCollectives):
                 output.copy_(full)
 
     # -------------------------------------------------------------------- P2P
-    @property
-    def rendezvous_bytes(self) -> int | None:
-        """Sends of at least this many bytes rendezvous (see simulator.rendezvous); None: none do."""
-        return self.p2p.rendezvous_bytes
-
     def send(self, tensor: Tensor, dst: int, tag: int) -> None:
         """Send to local rank `dst` (see :meth:`simulator.p2p.P2PPlane.send`)."""
         self.p2p.send(tensor, dst, tag)

@@ -46,11 +46,16 @@ def typed(buf: Tensor | None, off: int, dtype: torch.dtype, numel: int) -> Tenso
     return buf[off:off + size].view(dtype)
 
 
+def pack_into(buf: Tensor, tensors: list[Tensor], offs: list[int]) -> None:
+    """Copy ``tensors`` into the uint8 buffer ``buf`` at ``offs``."""
+    for t, off in zip(tensors, offs, strict=True):
+        typed(buf, off, t.dtype, t.numel()).view(t.shape).copy_(t)
+
+
 def pack(tensors: list[Tensor], offs: list[int], total: int) -> Tensor:
     """``tensors`` packed at ``offs`` into a new uint8 buffer of ``total`` bytes."""
     buf = torch.zeros(total, dtype=torch.uint8)
-    for t, off in zip(tensors, offs, strict=True):
-        typed(buf, off, t.dtype, t.numel()).view(t.shape).copy_(t)
+    pack_into(buf, tensors, offs)
     return buf
 
 
