@@ -38,9 +38,14 @@ LANES = 4  # cases run at once: most of a planted defect's time is a peer waitin
 __all__ = ["Mutant", "build_matrix", "mutants", "render", "run_matrix"]
 
 
+def _catches(outcome: str, clean_outcome: str | None) -> bool:
+    """A requirement catches a defect when it passes clean and fails (or errors) under the defect."""
+    return Outcome(outcome).failing and clean_outcome == Outcome.PASS
+
+
 def _caught(outs: dict[str, str], clean: dict[str, str]) -> list[str]:
-    """The requirements that pass clean and fail (or error) under a defect."""
-    return [rid for rid, o in outs.items() if Outcome(o).failing and clean.get(rid) == Outcome.PASS]
+    """The requirements that catch a defect, from its outcomes."""
+    return [rid for rid, o in outs.items() if _catches(o, clean.get(rid))]
 
 
 def build_matrix(clean: dict[str, str], mutated: dict[str, dict[str, str]], levels: dict[str, str],
@@ -102,11 +107,6 @@ def _interrupted(say: Any, report_dir: Path) -> ExitCode:
     return ExitCode.INCOMPLETE  # as for an interrupted `run`
 
 
-def _smallest_size(req: Requirement, sizes: list[int]) -> int:
-    """The world size a matrix case of ``req`` runs at: the smallest of ``sizes`` it applies to."""
-    return next((n for n in sizes if req.applies_to_world_size(n)), sizes[0])
-
-
 def _consulted(folder: Path) -> dict[str, set[str]]:
     """Requirement id -> the simulator switches any rank consulted in its clean run."""
     found: dict[str, set[str]] = {}
@@ -119,7 +119,7 @@ def plan(catalog: list[Requirement], sizes: list[int], planted: list[Mutant], co
          everything: bool = False) -> list[Case]:
     """The cases to run: each front-end or builder mutant against every requirement, each simulator switch
     against the requirements whose clean run consulted it (every requirement with ``everything``)."""
-    return [Case(r.id, _smallest_size(r, sizes), m.name) for m in planted for r in catalog
+    return [Case(r.id, r.smallest_world_size(sizes), m.name) for m in planted for r in catalog
             if everything or not m.in_simulator or set(m.defects) & consulted.get(r.id, set())]
 
 
@@ -134,15 +134,16 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     fixed = frozenset(r.id for r in catalog if r.finding and not r.finding_holds(str(TORCH)))
     sizes = sorted(set(world_sizes))
     say = progress.print if progress else (lambda *a, **k: None)
-    not_applicable = {m.name: why for m in mutants() if (why := m.inapplicable())}
-    planted = [m for m in mutants() if m.name not in not_applicable]
+    every = mutants()
+    not_applicable = {m.name: why for m in every if (why := m.inapplicable())}
+    planted = [m for m in every if m.name not in not_applicable]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cfm-matrix-") as folder:
         pool = Lanes(max(1, lanes), timeout_s, folder)
         try:
             with interrupts.raising():
                 say("clean run ...")
-                clean_runs = pool.run([Case(r.id, _smallest_size(r, sizes)) for r in catalog])
+                clean_runs = pool.run([Case(r.id, r.smallest_world_size(sizes)) for r in catalog])
                 by_req = {o.case.requirement: o.outcome for o in clean_runs}
                 clean = {r.id: by_req[r.id] for r in catalog}
                 cases = plan(catalog, sizes, planted, _consulted(Path(folder)), everything)
@@ -154,14 +155,16 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
             pool.close()
     mutated = {m.name: dict(clean) for m in planted}
     ran: dict[str, set[str]] = {m.name: set() for m in planted}
+    seconds = dict.fromkeys(ran, 0.0)
     for o in runs:
         mutated[o.case.mutant][o.case.requirement] = o.outcome
         ran[o.case.mutant].add(o.case.requirement)
+        seconds[o.case.mutant] += o.duration_s
     matrix = build_matrix(clean, mutated, levels, fixed)
-    matrix["descriptions"] = {m.name: m.description for m in mutants()}
+    matrix["descriptions"] = {m.name: m.description for m in every}
     matrix["not_applicable"] = not_applicable
     matrix["inferred"] = {m: sorted(set(clean) - rids) for m, rids in ran.items() if set(clean) - rids}
-    matrix["seconds"] = {m.name: round(sum(o.duration_s for o in runs if o.case.mutant == m.name), 2) for m in planted}
+    matrix["seconds"] = {m: round(t, 2) for m, t in seconds.items()}
     matrix["torch"] = str(TORCH)
     matrix["generated"] = dt.datetime.now(dt.UTC).isoformat()
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +187,7 @@ def _progress(say: Callable[..., None], cases: list[Case], clean: dict[str, str]
 
     def report(o: CaseOutcome) -> None:
         left[o.case.mutant] -= 1
-        if Outcome(o.outcome).failing and clean[o.case.requirement] == Outcome.PASS:
+        if _catches(o.outcome, clean[o.case.requirement]):
             hits[o.case.mutant].append(o.case.requirement)
         if not left[o.case.mutant]:
             done[0] += 1

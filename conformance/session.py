@@ -118,7 +118,6 @@ def run_suite(
     timeout_s: float = 30.0,
     pools: PoolSet | None = None,
     progress: Progress | None = None,
-    smallest_size_only: bool = False,
     launcher: str = "pool",
 ) -> SuiteRun:
     """Run the selected requirements on ``target`` at each world size and build the report.
@@ -147,8 +146,7 @@ def run_suite(
     try:
         with interrupts.raising():
             for req in chosen:
-                applicable = [n for n in sizes if req.applies_to_world_size(n)] or sizes
-                for n in applicable[:1] if smallest_size_only else sizes:
+                for n in sizes:
                     result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s)
                     if interrupts.requested():  # a signal during the case: its result is not to be trusted
                         raise KeyboardInterrupt(interrupts.requested())

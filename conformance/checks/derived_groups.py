@@ -20,6 +20,8 @@ import torch.distributed as dist
 from conformance.checks.common import expect_allreduce_members
 from conformance.checks.registry import CheckContext
 
+GROUP_BUILDER_ENV = "CONFORMANCE_GROUP_BUILDER"  # package.module:function of the builder under test
+
 Builder = Callable[[list[list[int]], str, dict[str, int], int], list[list[int]]]
 ORDERS = ("tp-cp-ep-dp-pp", "tp-dp-pp-cp-ep", "tp-pp-dp-cp-ep", "dp-tp-pp-cp-ep")
 
@@ -46,7 +48,7 @@ def reference_builder(source: list[list[int]], order: str, sizes: dict[str, int]
 
 def load_builder() -> Builder:
     """The builder under test: CONFORMANCE_GROUP_BUILDER, or the reference builder."""
-    path = os.environ.get("CONFORMANCE_GROUP_BUILDER", "")
+    path = os.environ.get(GROUP_BUILDER_ENV, "")
     if not path:
         return reference_builder
     module, _, attr = path.partition(":")

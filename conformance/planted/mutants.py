@@ -7,11 +7,10 @@ import os
 from dataclasses import dataclass
 
 import simulator
+from conformance.checks.derived_groups import GROUP_BUILDER_ENV
 from conformance.planted import frontend
 from conformance.torch_compat import defect_inapplicable
 from simulator.patches import Patches
-
-GROUP_BUILDER_ENV = "CONFORMANCE_GROUP_BUILDER"  # how a framework points the derived-groups check at its builder
 
 
 @dataclass(frozen=True)

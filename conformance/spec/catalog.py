@@ -53,6 +53,10 @@ class Requirement:
         (what ranks exchange cannot be exercised by one rank)."""
         return world_size in self.world_sizes if self.world_sizes else world_size >= 2
 
+    def smallest_world_size(self, sizes: list[int]) -> int:
+        """The smallest of the sorted ``sizes`` the requirement runs at (the first, when none applies)."""
+        return next((n for n in sizes if self.applies_to_world_size(n)), sizes[0])
+
 
 def _requirement(file: str, index: int, entry: dict) -> Requirement:
     rid = entry_name(entry, "id", index)
