@@ -57,6 +57,9 @@ SPLIT_FROM_IN_OPTIONS = hasattr(c10d._DistributedBackendOptions, "split_from")
 
 _installed = Patches()  # what install() replaced, undone by uninstall()
 _virtual = threading.local()  # depth of virtual_accelerator blocks on this thread
+_accelerator = Patches()  # the thread-aware torch.accelerator answers, while any virtual_accelerator block is open
+_accelerator_users = [0]  # open virtual_accelerator blocks, on every thread
+_accelerator_lock = threading.Lock()
 
 
 def virtual_device() -> torch.device:
@@ -110,14 +113,25 @@ def _on_this_thread(original: Callable[..., Any], virtual: Callable[..., Any]) -
 def virtual_accelerator() -> Iterator[None]:
     """Make torch believe the CPU is the current accelerator, on the calling thread, for the duration of the block.
 
-    The thread-aware answers are installed once, by ``install()``; a block only marks its thread, so blocks on
-    different threads never undo each other.
+    The thread-aware answers are put on ``torch.accelerator`` by the first block to enter (on any thread) and
+    taken off by the last to leave, so blocks on different threads never undo each other.
     """
+    with _accelerator_lock:
+        if not _accelerator_users[0]:
+            _accelerator.wrap(torch.accelerator, "is_available",
+                              lambda original: _on_this_thread(original, lambda: True))
+            _accelerator.wrap(torch.accelerator, "current_accelerator",
+                              lambda original: _on_this_thread(original, lambda *a, **k: torch.device("cpu")))
+        _accelerator_users[0] += 1
     _virtual.depth = getattr(_virtual, "depth", 0) + 1
     try:
         yield
     finally:
         _virtual.depth -= 1
+        with _accelerator_lock:
+            _accelerator_users[0] -= 1
+            if not _accelerator_users[0]:
+                _accelerator.undo()
 
 
 def _is_sim(pg: Any) -> bool:
@@ -206,9 +220,6 @@ def install() -> None:
     """Install the wrappers this torch needs (idempotent)."""
     if _installed:
         return
-    _installed.wrap(torch.accelerator, "is_available", lambda original: _on_this_thread(original, lambda: True))
-    _installed.wrap(torch.accelerator, "current_accelerator",
-                    lambda original: _on_this_thread(original, lambda *a, **k: torch.device("cpu")))
     _installed.wrap(c10d, "split_group", _wrapper(_split_group))
     _installed.replace(dist, "split_group", c10d.split_group)
     if SPLIT_FROM_IN_OPTIONS:

@@ -2,7 +2,6 @@
 
 import os
 import threading
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -45,16 +44,7 @@ def test_set_item_restores_a_missing_and_a_present_key() -> None:
     assert env == {"KEEP": "1"}
 
 
-@pytest.fixture
-def installed_shim() -> Iterator[None]:
-    shim.install()
-    try:
-        yield
-    finally:
-        shim.uninstall()
-
-
-def test_virtual_accelerator_is_seen_on_the_calling_thread_only(installed_shim: None) -> None:
+def test_virtual_accelerator_is_seen_on_the_calling_thread_only() -> None:
     seen: dict[str, object] = {}
     other = threading.Thread(target=lambda: seen.update(other=torch.accelerator.is_available()))
     before = torch.accelerator.is_available()
@@ -67,10 +57,11 @@ def test_virtual_accelerator_is_seen_on_the_calling_thread_only(installed_shim: 
     assert torch.accelerator.is_available() == before and "is_available" not in vars(shim)
 
 
-def test_virtual_accelerator_blocks_on_two_threads_do_not_undo_each_other(installed_shim: None) -> None:
+def test_virtual_accelerator_blocks_on_two_threads_do_not_undo_each_other() -> None:
     """A thread leaving its block while a thread that entered later is still inside must not take that
     thread's answer away."""
     inside, left, seen = threading.Event(), threading.Event(), {}
+    original = torch.accelerator.is_available
 
     def other() -> None:
         with shim.virtual_accelerator():
@@ -85,6 +76,7 @@ def test_virtual_accelerator_blocks_on_two_threads_do_not_undo_each_other(instal
     left.set()  # ... and leaves first
     thread.join(10)
     assert seen["still"] is True
+    assert torch.accelerator.is_available is original  # the last block to leave took the answers off
 
 
 def test_install_and_uninstall_go_through_one_undo_stack() -> None:
