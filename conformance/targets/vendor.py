@@ -232,8 +232,13 @@ class VendorTarget(Target):
         """The outside probes' kinds and warnings, and what the module's ``conformance_probe()`` observes."""
         if self._own_observes is None:
             make = self.hook("conformance_probe")
-            self._own_observes = frozenset(make().observes) & set(EVENT_KINDS) if make is not None else frozenset()
+            self.learn_observes(make() if make is not None else None)
         return super().observes | self._own_observes
+
+    def learn_observes(self, probe: Any) -> None:
+        """Keep the event kinds ``probe`` (the module's own, or None) observes, unless known already."""
+        if self._own_observes is None:
+            self._own_observes = frozenset(probe.observes) & set(EVENT_KINDS) if probe is not None else frozenset()
 
     @property
     def default_backend(self) -> str:
@@ -279,9 +284,10 @@ class VendorDriver(Driver):
 
     def own_probe(self) -> Any:
         """The module's ``conformance_probe()`` (a fresh record), or None."""
-        self.target.observes  # noqa: B018 - read first: reading it later would call conformance_probe() again
         make = self.target.hook("conformance_probe")
-        return make() if make is not None else None
+        probe = make() if make is not None else None
+        self.target.learn_observes(probe)  # so that reading target.observes later makes no second probe
+        return probe
 
     def init_world(
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
