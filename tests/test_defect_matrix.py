@@ -71,3 +71,36 @@ def test_every_defect_caught_every_requirement_has_teeth(tmp_path: Path) -> None
     assert code == 0, f"{verdicts}; clean outcomes: {matrix['clean']}"
     assert matrix["kill_rate"] == 1.0 and matrix["teeth_rate"] == 1.0
     assert "| defect | caught by |" in (tmp_path / "defects.md").read_text()
+
+
+def test_a_failing_rank_stops_its_peers_in_the_matrix_instead_of_letting_them_wait() -> None:
+    """split_nonmember_raises: the non-member fails at once while the member waits in split_group for it. The
+    matrix's cases stop the member soon after; the runner's own cases let it wait (its account is reported)."""
+    req = {r.id: r for r in load_bound_catalog()}["SPLIT-PARTIAL-NONMEMBER"]
+    pools = PoolSet()
+    try:
+        stopped = run_case(pools, req, "sim", 2, target_options={"defects": ["split_nonmember_raises"]},
+                           timeout_s=30.0, task=TASK, task_kwargs={"mutant": "split_nonmember_raises"},
+                           stop_on_failure=True)
+        waited = run_case(pools, req, "sim", 2, target_options={"defects": ["split_nonmember_raises"]},
+                          timeout_s=3.0)
+    finally:
+        pools.close()
+    assert stopped.outcome.failing and stopped.duration_s < 10, (stopped.duration_s, stopped.detail)
+    assert "rank 1: partial split [0]: non-member raised" in stopped.detail
+    assert "rank 0 was abandoned after a peer failed" in stopped.detail, stopped.detail
+    assert waited.outcome == "fail" and waited.duration_s >= 3.0, (waited.duration_s, waited.detail)
+    assert "rank 0: partial split [0]: member raised RankTimeout" in waited.detail, waited.detail
+
+
+def test_a_hang_in_a_checks_subgroup_times_out_within_the_checks_timeout() -> None:
+    """Checks make their subgroups with the check's timeout (torch's default is 30 min): a backend that hangs
+    in one is reported by the rank itself, naming the absent rank, not by the pool after its grace."""
+    req = {r.id: r for r in load_bound_catalog()}["SPLIT-MEMBERSHIP"]
+    pools = PoolSet()
+    try:
+        result = run_case(pools, req, "sim", 2, target_options={"defects": ["split_ranks_as_global"]}, timeout_s=3.0)
+    finally:
+        pools.close()
+    assert result.outcome == "error", result.detail
+    assert "rank 1: RankTimeout" in result.detail and "ranks [0] never arrived within 3.0s" in result.detail, result.detail

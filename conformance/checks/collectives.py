@@ -243,7 +243,7 @@ def barrier_blocks(ctx: CheckContext) -> None:
     _late_barrier(ctx, None, n - 1, "world", 0, use_async=False)
     _late_barrier(ctx, None, 0, "world (async)", 1, use_async=True)
     upper = list(range(1, n)) if n > 2 else list(range(n))
-    group = dist.new_group(upper)
+    group = ctx.new_group(upper)
     if ctx.rank in upper:
         _late_barrier(ctx, group, upper[len(upper) // 2], f"subgroup {upper}", 2, use_async=False)
     dist.barrier()

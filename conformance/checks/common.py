@@ -162,12 +162,12 @@ def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, d
     """
     n, ranks = ctx.world_size, list(range(ctx.world_size))
     mine: list[tuple[str, dist.ProcessGroup, list[int]]] = [("world", dist.group.WORLD, ranks)]
-    reversed_group = dist.new_group(ranks[::-1])
+    reversed_group = ctx.new_group(ranks[::-1])
     mine.append(("reversed", reversed_group, ranks))
     half = max(1, n // 2)
     for shape, parts in (("halves", [ranks[:half], ranks[half:]]), ("odd_even", [ranks[0::2], ranks[1::2]])):
         for part in (p for p in parts if p):
-            group = dist.new_group(part)
+            group = ctx.new_group(part)
             if ctx.rank in part:
                 mine.append((f"{shape} {part}", group, part))
     upper = ranks[1:] or ranks
@@ -175,7 +175,7 @@ def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, d
         sub = dist.split_group(parent_pg=reversed_group, split_ranks=[upper])
         name = f"split of the reversed group {upper}"
     else:
-        sub = dist.new_group(upper)
+        sub = ctx.new_group(upper)
         name = f"new_group {upper} (no split on this target)"
     if ctx.rank in upper:
         mine.append((name, sub, upper))

@@ -77,8 +77,8 @@ def check_derived_groups(ctx: CheckContext, builder: Builder | None = None) -> N
             derived = build(source, order, sizes, offset)
             ctx.expect_equal(f"{what}: number of derived groups", len(source), len(derived))
             for src, twin in zip(source, derived):
-                src_group = dist.new_group(src)
-                twin_group = dist.new_group(sorted(twin))
+                src_group = ctx.new_group(src)
+                twin_group = ctx.new_group(sorted(twin))
                 if ctx.rank in src:
                     ctx.expect(ctx.rank in twin, f"{what}: rank in its derived group", f"members {src}", sorted(twin))
                     ctx.expect_equal(f"{what}: derived group members", src, dist.get_process_group_ranks(twin_group))

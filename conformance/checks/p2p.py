@@ -175,7 +175,7 @@ def lazy_warn_once(ctx: CheckContext) -> None:
     ctx.init_world("lazy")
     words = ctx.target.traits.lazy_p2p_warning
     per_process = ctx.target.traits.lazy_p2p_warning_scope == "process"
-    group = dist.new_group(list(range(ctx.world_size)))
+    group = ctx.new_group(list(range(ctx.world_size)))
     since = ctx.probe.mark()
     counts: list[tuple[str, int]] = []
     for what, pg in (("the world", None), ("a new_group of every rank", group)):
@@ -320,7 +320,7 @@ def bad_input(ctx: CheckContext) -> None:
     expect_raises(ctx, "send to self", lambda: dist.send(t, r), contains=(("same as the rank", f"rank {r}"),))
     expect_raises(ctx, "batch_isend_irecv of an empty list", lambda: dist.batch_isend_irecv([]),
                   contains=(("empty", "p2p_op_list", "list index"),))
-    sub = dist.new_group(list(range(n)))
+    sub = ctx.new_group(list(range(n)))
     expect_raises(ctx, "batch with ops on two groups", lambda: dist.batch_isend_irecv([
         dist.P2POp(dist.isend, t, (r + 1) % n), dist.P2POp(dist.irecv, t, (r - 1) % n, group=sub)]),
         contains=("same group",))

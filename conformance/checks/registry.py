@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
@@ -85,6 +86,11 @@ class CheckContext:
         sub = dist.PrefixStore(f"world{self._worlds}/", self.store)
         limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
         return self.target.init_world(sub, self.rank, self.world_size, spec, limit)
+
+    def new_group(self, ranks: list[int], **kwargs: Any) -> Any:
+        """``dist.new_group(ranks, **kwargs)`` with the check's timeout (torch's default is 30 min), so that a
+        backend hanging in the new group times out naming the absent ranks within the check's time."""
+        return dist.new_group(ranks, timeout=timedelta(seconds=self.timeout_s), **kwargs)
 
     def expect(self, condition: bool, what: str, expected: Any, observed: Any) -> None:
         """Fail naming this rank, what was checked, the expected and the observed values."""

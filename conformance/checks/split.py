@@ -61,7 +61,7 @@ def _upper_subgroup(ctx: CheckContext) -> tuple[list[int], dist.ProcessGroup | N
     the group and its communicator's comm_created event, the others None."""
     upper = list(range(1, ctx.world_size)) or [0]
     since = ctx.probe.mark()
-    sub = dist.new_group(upper)
+    sub = ctx.new_group(upper)
     if ctx.rank not in upper:
         return upper, None, None
     made = [e for e in new_comms(ctx, since) if e.get("members") == upper]
@@ -128,7 +128,7 @@ def _is_nonmember(child: object, nonmember: object) -> bool:
 def newgroup_singleton(ctx: CheckContext) -> None:
     """new_group([0]) under eager init: rank 0 gets a working group, the others the non-member value."""
     ctx.init_world("eager")
-    group = dist.new_group([0])
+    group = ctx.new_group([0])
     if ctx.rank == 0:
         ctx.expect(isinstance(group, dist.ProcessGroup), "new_group([0]) on rank 0", "a ProcessGroup", group)
         expect_allreduce_members(ctx, group, [0], "new_group([0])")
@@ -163,7 +163,7 @@ def newgroup_names(ctx: CheckContext) -> None:
     ctx.init_world("eager")
     ranks = list(range(ctx.world_size))
     since = ctx.probe.mark()
-    made = [dist.new_group(ranks), dist.new_group(ranks), dist.split_group(split_ranks=[ranks]),
+    made = [ctx.new_group(ranks), ctx.new_group(ranks), dist.split_group(split_ranks=[ranks]),
             dist.split_group(split_ranks=[ranks])]
     names = [g.group_name for g in made]
     ctx.expect(len(set(names)) == len(names), "group names of repeated groups", "all distinct", names)
@@ -187,7 +187,7 @@ def lineage(ctx: CheckContext) -> None:
     parent = world_comm(ctx)
     since = ctx.probe.mark()
     dist.split_group(split_ranks=[list(range(ctx.world_size))])
-    dist.new_group(list(range(ctx.world_size)))
+    ctx.new_group(list(range(ctx.world_size)))
     created = new_comms(ctx, since)
     ctx.expect_equal("communicators created by split_group + new_group", 2, len(created))
     for event in created:

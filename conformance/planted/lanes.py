@@ -67,7 +67,8 @@ def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, parent:
             result = run_case(pools, catalog[case.requirement], "sim", case.world_size,
                               target_options={"defects": list(planted.defects)} if planted else None,
                               timeout_s=timeout_s, task=TASK,
-                              task_kwargs={"mutant": case.mutant, "consulted_dir": "" if planted else consulted_dir})
+                              task_kwargs={"mutant": case.mutant, "consulted_dir": "" if planted else consulted_dir},
+                              stop_on_failure=planted is not None)
             results.put(CaseOutcome(case, result.outcome, result.detail, result.duration_s))
     finally:
         pools.close()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from conformance.outcomes import Outcome
 from conformance.planted.mutants import by_name
 from conformance.runner import execute
 from simulator import faults
@@ -47,12 +48,21 @@ def run_check(rank: int, world_size: int, store: Any, *, requirement_id: str, mu
             patches.wrap(Defects, "on", lambda on: _recording(on, seen))
         if planted is not None:
             patches.wrap(execute, "load_checks", lambda load: lambda: _planted_checks(load(), requirement_id, planted))
+            patches.wrap(execute, "_quiesce_wait_s", _no_wait_once_failing)
         result = execute.run_check(rank=rank, world_size=world_size, store=store, requirement_id=requirement_id,
                                    **check)
     if consulted_dir:
         path = Path(consulted_dir) / f"{requirement_id}.rank{rank}.json"
         path.write_text(json.dumps(sorted(seen)))
     return result
+
+
+def _no_wait_once_failing(wait_s: Callable[[Outcome, float, float], float]
+                          ) -> Callable[[Outcome, float, float], float]:
+    """The end-of-check wait for peers, skipped by a rank whose outcome already fails: a failing rank decides
+    that the case catches its defect, and the matrix stops the peers (``run_case(stop_on_failure=True)``)
+    instead of letting them wait out the check's timeout for it."""
+    return lambda outcome, started, timeout_s: 0.0 if outcome.failing else wait_s(outcome, started, timeout_s)
 
 
 def _planted_checks(checks: dict[str, Callable[..., None]], requirement_id: str,

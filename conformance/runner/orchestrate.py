@@ -88,11 +88,13 @@ def case_result(requirement: Requirement, target_name: str, world_size: int, out
 
 def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_size: int, *,
              target_options: dict[str, Any] | None = None, timeout_s: float = 60.0,
-             task: str = TASK, task_kwargs: dict[str, Any] | None = None) -> Result:
+             task: str = TASK, task_kwargs: dict[str, Any] | None = None, stop_on_failure: bool = False) -> Result:
     """Run ``requirement`` on ``target_name`` at ``world_size`` and return its Result.
 
     ``task`` (``"package.module:function"``) is what every rank runs, ``TASK`` or one that wraps it (the defect
-    matrix's); it gets ``task_kwargs`` on top of ``TASK``'s arguments.
+    matrix's); it gets ``task_kwargs`` on top of ``TASK``'s arguments. The other ranks are stopped soon after
+    one rank's outcome is an error, or with ``stop_on_failure`` any failing outcome (for a caller that needs
+    only whether the case fails, not every rank's account of it).
     """
     started = time.perf_counter()
     decided = precheck(requirement, target_name, target_options, world_size)
@@ -111,7 +113,8 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
             {"requirement_id": requirement.id, "target_name": target_name,
              "target_options": target_options, "timeout_s": timeout_s, **(task_kwargs or {})},
             timeout_s + POOL_GRACE_S,
-            failed=lambda value: Outcome(value["outcome"]) is Outcome.ERROR,
+            failed=lambda value: (Outcome(value["outcome"]).failing if stop_on_failure
+                                  else Outcome(value["outcome"]) is Outcome.ERROR),
         )
     finally:
         if isolated:
