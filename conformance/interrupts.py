@@ -74,3 +74,16 @@ def raising() -> Iterator[None]:
         yield
     finally:
         _armed[0] -= 1
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within ``raising``, a block that must not be cut midway (a queue's put holds the queue's lock, which a
+    KeyboardInterrupt raised inside it leaves held): a signal is only recorded there, and raises at the end."""
+    armed, _armed[0] = _armed[0], 0
+    try:
+        yield
+    finally:
+        _armed[0] = armed
+    if armed and requested():
+        raise KeyboardInterrupt(requested())

@@ -30,13 +30,12 @@ def test_run_writes_json_and_markdown(tmp_path: Path) -> None:
 
 
 def test_a_planted_defect_makes_the_run_non_conformant(tmp_path: Path) -> None:
-    # The member rank waits out the check's timeout for the non-member that raised instead of splitting: the
-    # defect matrix's 8 s (`defects --timeout`), not the 30 s default, whose length this test is not about.
-    code = main(["run", "--target", "sim", "--target-option", "defects=split_nonmember_raises", "--world-sizes", "2",
-                 "--requirement", "SPLIT-PARTIAL-NONMEMBER", "--timeout", "8", "--report-dir", str(tmp_path)])
+    code = main(["run", "--target", "sim", "--target-option", "defects=avg_as_sum", "--world-sizes", "2",
+                 "--requirement", "COLL-ALLREDUCE-OPS", "--report-dir", str(tmp_path)])
     report = json.loads((tmp_path / "sim.json").read_text())
     assert code == 1 and report["verdict"] == "non-conformant"
-    assert "non-member raised" in report["results"][0]["detail"]
+    assert ("all_reduce AVG of float32[7] over members [0, 1]: 6 of 7 elements differ; at [0, 1, 2, 3]: "
+            "expected [-2.5, 2.5, -1.5, -1.0], observed [-5.0, 5.0, -3.0, -2.0]") in report["results"][0]["detail"]
 
 
 def test_progress_prints_a_detail_that_looks_like_rich_markup(capsys) -> None:

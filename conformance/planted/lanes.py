@@ -18,8 +18,11 @@ from typing import Any
 
 import multiprocess
 
+from conformance import interrupts
 from conformance.planted.mutants import by_name
 from conformance.planted.task import TASK
+from conformance.runner.pool import signals_blocked
+from conformance.runner.worker import STOP_SIGNALS
 
 CTX = multiprocess.get_context("fork")
 
@@ -54,6 +57,7 @@ def _next(jobs: Any, parent: int) -> Case | None:
 def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the lanes
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pools install their cleanup on it
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent while it forked us
     from conformance.runner.orchestrate import run_case
     from conformance.runner.pool import PoolSet
     from conformance.session import load_bound_catalog
@@ -81,13 +85,18 @@ class Lanes:
         self._jobs, self._results = CTX.Queue(), CTX.Queue()
         args = (self._jobs, self._results, timeout_s, consulted_dir, os.getpid())
         self._procs = [CTX.Process(target=_lane, args=args, name=f"cfm-matrix-lane{i}") for i in range(n)]
-        for proc in self._procs:
-            proc.start()
+        # A lane must not run the parent's handlers: a SIGTERM that reached it before it put its own in place was
+        # only recorded there (the command line's handler), so the lane lived on until the parent's second
+        # SIGTERM 20 s later, once per lane (a Ctrl-C at the matrix's start took 22-91 s to stop it).
+        with signals_blocked():
+            for proc in self._procs:
+                proc.start()
 
     def run(self, cases: list[Case], each: Callable[[CaseOutcome], None] | None = None) -> list[CaseOutcome]:
         """Run ``cases`` on the lanes, in that order; ``each`` is called with every outcome as it comes in."""
-        for case in cases:
-            self._jobs.put(case)
+        with interrupts.deferred():  # a Ctrl-C inside put() left the queue's lock held: close() then hung on it
+            for case in cases:
+                self._jobs.put(case)
         done: list[CaseOutcome] = []
         while len(done) < len(cases):
             try:

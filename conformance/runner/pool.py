@@ -111,7 +111,7 @@ def _closed(proc: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _signals_blocked() -> Any:
+def signals_blocked() -> Any:
     """Block SIGINT and SIGTERM in this thread (so in the processes it forks) for the block's duration."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, worker.STOP_SIGNALS)
     try:
@@ -165,13 +165,16 @@ class RankPool:
         self._ctx = multiprocess.get_context(start_method)
         self._env = {**(env or {}), worker.SCRATCH_ENV: self.scratch}
         self._cleanups: dict[str, Callable[[str], None]] = {}
-        self._stack_dir = tempfile.mkdtemp(prefix=f"{self.scratch}stacks-")
         self._workers: list[_Worker] = []
         self._store: dist.TCPStore | None = None
         self._run_ids = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
-        _track(self)
+        # A Ctrl-C between making the stack dir and tracking this pool (which closes it at exit) left the dir
+        # behind: a signal now waits until both are done.
+        with signals_blocked():
+            self._stack_dir = tempfile.mkdtemp(prefix=f"{self.scratch}stacks-")
+            _track(self)
         try:
             self._start()
         except BaseException:
@@ -191,7 +194,7 @@ class RankPool:
         try:
             # A SIGINT/SIGTERM that arrives while forking waits until every worker exists (and has set its
             # own handlers), then reaches this process: it is neither lost nor half-handled in a new child.
-            with _signals_blocked():
+            with signals_blocked():
                 for rank in range(self.world_size):
                     parent_conn, child_conn = self._ctx.Pipe()
                     stack_path = os.path.join(self._stack_dir, f"rank{rank}.stack")
