@@ -26,9 +26,9 @@ def test_torchrun_ranks_run_the_suite_and_rank0_reports(tmp_path: Path) -> None:
 
 
 def test_torchrun_reports_a_planted_defect_naming_the_rank(tmp_path: Path) -> None:
-    code, report = _run(tmp_path, "--target-option", "defects=split_nonmember_raises",
-                        "--requirement", "SPLIT-PARTIAL-NONMEMBER", "--timeout", "5")
+    code, report = _run(tmp_path, "--target-option", "defects=split_child_unbound",
+                        "--requirement", "SPLIT-BOUND-INHERIT")
     (result,) = report["results"]
     assert code != 0  # rank 0 exits 1 (non-conformant), so torchrun reports the job failed
     assert report["verdict"] == "non-conformant" and result["outcome"] == "fail"
-    assert "rank 1: partial split [0]: non-member raised" in result["detail"]
+    assert result["detail"] == "ranks 0, 1: child communicator's device: expected 'cpu:0', observed None"
