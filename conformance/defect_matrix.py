@@ -124,8 +124,10 @@ def plan(catalog: list[Requirement], sizes: list[int], planted: list[Mutant], co
 
 
 def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None,
-               lanes: int = LANES, everything: bool = False) -> ExitCode:
+               lanes: int = LANES, everything: bool = False, stop_early: bool = True) -> ExitCode:
     """Run clean + every mutant, write reports/defects.{json,md}; exit 1 unless all three targets hold.
+
+    ``stop_early``: a planted case ends once a rank fails (see ``Lanes``); off, its peers run to their end.
 
     An interrupted matrix writes nothing (a partial one would report the unrun checks as misses): exit 3.
     """
@@ -139,7 +141,7 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     planted = [m for m in every if m.name not in not_applicable]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cfm-matrix-") as folder:
-        pool = Lanes(max(1, lanes), timeout_s, folder)
+        pool = Lanes(max(1, lanes), timeout_s, folder, stop_early)
         try:
             with interrupts.raising():
                 say("clean run ...")

@@ -54,7 +54,7 @@ def _next(jobs: Any, parent: int) -> Case | None:
     return None
 
 
-def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, parent: int) -> None:
+def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, stop_early: bool, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the lanes
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pools install their cleanup on it
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent while it forked us
@@ -72,18 +72,22 @@ def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, parent:
                               target_options={"defects": list(planted.defects)} if planted else None,
                               timeout_s=timeout_s, task=TASK,
                               task_kwargs={"mutant": case.mutant, "consulted_dir": "" if planted else consulted_dir},
-                              stop_on_failure=planted is not None)
+                              stop_on_failure=stop_early and planted is not None)
             results.put(CaseOutcome(case, result.outcome, result.detail, result.duration_s))
     finally:
         pools.close()
 
 
 class Lanes:
-    """``n`` lane processes; ``run(cases)`` returns every case's outcome, in any order."""
+    """``n`` lane processes; ``run(cases)`` returns every case's outcome, in any order.
 
-    def __init__(self, n: int, timeout_s: float, consulted_dir: str) -> None:
+    With ``stop_early``, a planted case ends soon after one of its ranks fails (the matrix needs only whether
+    it fails: ``run_case(stop_on_failure=True)``, and the failing rank skips its end-of-check wait for peers).
+    """
+
+    def __init__(self, n: int, timeout_s: float, consulted_dir: str, stop_early: bool = True) -> None:
         self._jobs, self._results = CTX.Queue(), CTX.Queue()
-        args = (self._jobs, self._results, timeout_s, consulted_dir, os.getpid())
+        args = (self._jobs, self._results, timeout_s, consulted_dir, stop_early, os.getpid())
         self._procs = [CTX.Process(target=_lane, args=args, name=f"cfm-matrix-lane{i}") for i in range(n)]
         # A lane must not run the parent's handlers: a SIGTERM that reached it before it put its own in place was
         # only recorded there (the command line's handler), so the lane lived on until the parent's second
