@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from simulator import faults
-from simulator.comm import Communicator, rendezvous, root_store, world_namespace
+from simulator.comm import Communicator, release_namespace, rendezvous, root_store, world_namespace
 from simulator.config import ConfigError, SimOptions, options_to_hints, parse_hints
 from simulator.defects import NONE, Defects
 from simulator.errors import P2PMismatch
@@ -81,6 +81,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._config = self._effective_config(self._options, comm_name="pending")
         self._comm = comm
         self._is_world = is_world
+        self._released = False
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
         self._pair_ops: dict[tuple[int, int], int] = {}
         self._warned = False
@@ -294,12 +295,15 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._effective_config(options, comm_name="split")
 
     def shutdown(self) -> None:
-        """Destroy every communicator of this group."""
+        """Destroy every communicator of this group (the world's rank 0 also releases the world's uid key)."""
         for comm in [self._comm, *self._pair_comms.values()]:
             if comm is not None:
                 comm.destroy()
         self._comm = None
         self._pair_comms.clear()
+        if self._is_world and self.rank() == 0 and not self._released:
+            self._released = True
+            release_namespace(self._store)
 
     def abort(self) -> None:
         """Same as shutdown for the simulator."""
