@@ -186,6 +186,7 @@ class SimProcessGroup(dist.ProcessGroup):
         comm_id = self._comm_base()
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
+        self._release_namespace()  # every member has arrived, so read the world's uid
         config = None
         if mode == "lazy" and not self._is_world and self._defects.on("lazy_comm_default_config"):
             config = self._effective_config(SimOptions(), comm_name=comm_id)
@@ -301,6 +302,12 @@ class SimProcessGroup(dist.ProcessGroup):
                 comm.destroy()
         self._comm = None
         self._pair_comms.clear()
+        self._release_namespace()
+
+    def _release_namespace(self) -> None:
+        """On the world's rank 0, once: delete the world's uid key (simulator.comm.release_namespace). Done
+        after the world communicator's boot rendezvous, where rank 0 usually waits for a peer anyway, or
+        at shutdown when the world never made one."""
         if self._is_world and self.rank() == 0 and not self._released:
             self._released = True
             release_namespace(self._store)

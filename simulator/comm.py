@@ -36,7 +36,7 @@ def world_namespace(store: dist.Store, rank: int) -> tuple[str, str]:
     leftovers after a crash. The namespace keeps the simulator's keys apart from other worlds'
     on a shared store server. Every rank proposes a uid and the first to arrive claims the key
     (``compare_set``: one round trip, and no rank waits for another); the world's rank 0 deletes
-    the key when the world is destroyed (:func:`release_namespace`), so that a later world on the
+    the key once every member has read it (:func:`release_namespace`), so that a later world on the
     same store claims a fresh one.
     """
     mine = f"{os.getpid()}_{time.monotonic_ns() % 10**9}"
@@ -50,8 +50,9 @@ def world_namespace(store: dist.Store, rank: int) -> tuple[str, str]:
 
 
 def release_namespace(store: dist.Store) -> None:
-    """Delete the world's uid key (rank 0, when the world is destroyed): every member read it when it
-    created its world group, before any collective with rank 0 could complete."""
+    """Delete the world's uid key (rank 0, once every member has read it: after the world communicator's
+    boot rendezvous, or when the world is destroyed, since every member read it when it created its world
+    group, before any collective with rank 0 could complete)."""
     with contextlib.suppress(RuntimeError, NotImplementedError, AttributeError):  # a store without delete_key
         store.delete_key(UID_KEY)
 
