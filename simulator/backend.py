@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from simulator import faults
-from simulator.comm import Communicator, rendezvous, root_store, world_namespace
+from simulator.comm import Communicator, release_namespace, rendezvous, root_store, world_namespace
 from simulator.config import ConfigError, SimOptions, options_to_hints, parse_hints
 from simulator.defects import NONE, Defects
 from simulator.errors import P2PMismatch
@@ -81,6 +81,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._config = self._effective_config(self._options, comm_name="pending")
         self._comm = comm
         self._is_world = is_world
+        self._released = False
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
         self._pair_ops: dict[tuple[int, int], int] = {}
         self._warned = False
@@ -185,6 +186,7 @@ class SimProcessGroup(dist.ProcessGroup):
         comm_id = self._comm_base()
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
+        self._release_namespace()  # every member has arrived, so read the world's uid
         config = None
         if mode == "lazy" and not self._is_world and self._defects.on("lazy_comm_default_config"):
             config = self._effective_config(SimOptions(), comm_name=comm_id)
@@ -294,12 +296,21 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._effective_config(options, comm_name="split")
 
     def shutdown(self) -> None:
-        """Destroy every communicator of this group."""
+        """Destroy every communicator of this group (the world's rank 0 also releases the world's uid key)."""
         for comm in [self._comm, *self._pair_comms.values()]:
             if comm is not None:
                 comm.destroy()
         self._comm = None
         self._pair_comms.clear()
+        self._release_namespace()
+
+    def _release_namespace(self) -> None:
+        """On the world's rank 0, once: delete the world's uid key (simulator.comm.release_namespace). Done
+        after the world communicator's boot rendezvous, where rank 0 usually waits for a peer anyway, or
+        at shutdown when the world never made one."""
+        if self._is_world and self.rank() == 0 and not self._released:
+            self._released = True
+            release_namespace(self._store)
 
     def abort(self) -> None:
         """Same as shutdown for the simulator."""

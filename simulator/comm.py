@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
@@ -25,19 +26,35 @@ MAIN_STREAM = "main"
 SHM_PREFIX_ENV = "SIM_SHM_PREFIX"
 
 
+UID_KEY = "sim_world_uid"
+
+
 def world_namespace(store: dist.Store, rank: int) -> tuple[str, str]:
     """(shm name prefix, store key namespace) every rank of a world agrees on.
 
     The shm prefix is ``SHM_PREFIX_ENV``'s when it is set, so that whoever set it can sweep
     leftovers after a crash. The namespace keeps the simulator's keys apart from other worlds'
-    on a shared store server.
+    on a shared store server. Every rank proposes a uid and the first to arrive claims the key
+    (``compare_set``: one round trip, and no rank waits for another); the world's rank 0 deletes
+    the key once every member has read it (:func:`release_namespace`), so that a later world on the
+    same store claims a fresh one.
     """
-    if rank == 0:
-        uid = f"{os.getpid()}_{time.monotonic_ns() % 10**9}"
-        store.set("sim_world_uid", uid)
-    else:
-        uid = store.get("sim_world_uid").decode()
+    mine = f"{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    try:
+        uid = store.compare_set(UID_KEY, "", mine).decode()
+    except (RuntimeError, NotImplementedError, AttributeError):  # a store without compare_set
+        if rank == 0:
+            store.set(UID_KEY, mine)
+        uid = mine if rank == 0 else store.get(UID_KEY).decode()
     return os.environ.get(SHM_PREFIX_ENV) or f"sim{uid}_", f"sim/{uid}/"
+
+
+def release_namespace(store: dist.Store) -> None:
+    """Delete the world's uid key (rank 0, once every member has read it: after the world communicator's
+    boot rendezvous, or when the world is destroyed, since every member read it when it created its world
+    group, before any collective with rank 0 could complete)."""
+    with contextlib.suppress(RuntimeError, NotImplementedError, AttributeError):  # a store without delete_key
+        store.delete_key(UID_KEY)
 
 
 def plain_copy(value: Any) -> Any:

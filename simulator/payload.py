@@ -42,7 +42,7 @@ def typed(buf: Tensor | None, off: int, dtype: torch.dtype, numel: int) -> Tenso
     """A flat ``dtype`` view of ``numel`` elements of the uint8 buffer ``buf`` at byte offset ``off``."""
     if numel == 0 or buf is None:
         return torch.empty(0, dtype=dtype)
-    size = numel * torch.empty(0, dtype=dtype).element_size()
+    size = numel * dtype.itemsize
     return buf[off:off + size].view(dtype)
 
 

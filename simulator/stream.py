@@ -1,10 +1,12 @@
 """Streams: ordered executors that complete torch futures.
 
 Ops submitted to one stream run one after another on a thread (like a CUDA stream). A stream holds
-a worker thread only while it has work: once it has been idle for a moment the worker leaves it and
-parks, and the next stream that gets work (often a new communicator's: every check makes a world)
-takes a parked worker instead of starting a thread. A worker parked for ``_PARK_S`` exits. Store
-connections go back to the shared idle list as soon as a stream's queue is empty.
+a worker thread only while it has work: the worker that finds the queue empty after an op leaves
+the stream and parks before it completes that op's future, so that whoever waited on it finds the
+stream idle (closing it waits for nothing) and its worker ready for the next stream that gets work
+(often a new communicator's: every check makes a world), without a thread start. A worker parked
+for ``_PARK_S`` exits. Store connections go back to the shared idle list as soon as a stream's
+queue is empty.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ import torch
 
 from simulator import connections
 
-_IDLE_EXIT_S = 0.05  # a worker leaves a stream idle this long
 _PARK_S = 10.0  # a worker without a stream exits after waiting this long for one
 
-_Item = tuple[Callable[[], Any], torch.futures.Future] | None
+_Item = tuple[Callable[[], Any], torch.futures.Future]
 _park_lock = threading.Lock()
 _parked: list[queue.SimpleQueue[Stream]] = []  # the inboxes of parked workers
 
@@ -47,11 +48,17 @@ def _dispatch(stream: Stream) -> None:
         threading.Thread(target=_work, args=(stream,), name=f"sim-stream-{stream.name}", daemon=True).start()
 
 
-def _park() -> Stream | None:
-    """Wait (bounded) for the next stream; None when none came and this worker should exit."""
+def _park_inbox() -> queue.SimpleQueue[Stream]:
+    """Register a parked worker's inbox: streams dispatched from now on may go to it."""
     inbox: queue.SimpleQueue[Stream] = queue.SimpleQueue()
     with _park_lock:
         _parked.append(inbox)
+    return inbox
+
+
+def _park(inbox: queue.SimpleQueue[Stream]) -> Stream | None:
+    """Wait (bounded) on a registered ``inbox`` for the next stream; None when none came and this worker
+    should exit."""
     try:
         return inbox.get(timeout=_PARK_S)
     except queue.Empty:
@@ -67,9 +74,9 @@ def _work(stream: Stream | None) -> None:
     try:
         while stream is not None:
             threading.current_thread().name = f"sim-stream-{stream.name}"
-            stream._serve()
+            inbox = stream._serve()
             threading.current_thread().name = "sim-stream-parked"
-            stream = _park()
+            stream = _park(inbox)
     finally:
         connections.release_thread()
 
@@ -94,40 +101,29 @@ class Stream:
                 _dispatch(self)
         return fut
 
-    def _serve(self) -> None:
-        """Run queued ops until the queue has stayed empty for ``_IDLE_EXIT_S`` (or close() asked)."""
+    def _serve(self) -> queue.SimpleQueue[Stream]:
+        """Run queued ops until the queue is empty; then leave the stream, park (return the inbox), and
+        only then complete the last op's future."""
         while True:
+            fn, fut = self._queue.get()  # never blocks long: a worker serves a stream only while it has work
             try:
-                item = self._queue.get(timeout=_IDLE_EXIT_S)
-            except queue.Empty:
-                item = None
-            if item is None:  # idle, or close() asked us to stop once the queue is drained
-                with self._lock:
-                    if self._queue.empty():
-                        connections.release_thread()
-                        self._served.set()
-                        return
-                continue
-            fn, fut = item
-            try:
-                result = fn()
+                result, error = fn(), None
             except BaseException as exc:  # noqa: BLE001 - delivered to the waiter
-                self._idle_release()
-                fut.set_exception(exc)
+                result, error = None, exc
+            inbox = None
+            with self._lock:
+                if self._queue.empty():
+                    connections.release_thread()
+                    self._served.set()
+                    inbox = _park_inbox()
+            if error is not None:
+                fut.set_exception(error)
             else:
-                self._idle_release()
                 fut.set_result(result)
-
-    def _idle_release(self) -> None:
-        """Hand this thread's store connections back once nothing else is queued, before the
-        waiter wakes: the next op, often on another communicator's stream, then reuses them
-        instead of opening a connection (a connect can stall for seconds on some hosts)."""
-        if self._queue.empty():
-            connections.release_thread()
+            del fn, fut, result, error  # a parked worker keeps no reference to the op or its outcome
+            if inbox is not None:
+                return inbox
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Wait (bounded) for queued ops to finish; the worker then leaves without idling."""
-        with self._lock:
-            if not self._served.is_set():
-                self._queue.put(None)
+        """Wait (bounded) for queued ops to finish and their worker to leave the stream."""
         self._served.wait(timeout=timeout_s)

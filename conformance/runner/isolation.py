@@ -36,7 +36,8 @@ class ProcessState:
         b = dist.Backend
         return cls(
             backend_list=list(b.backend_list),
-            capability=copy.deepcopy(b.backend_capability),
+            capability={k: list(v) if type(v) is list else copy.deepcopy(v)  # lists of device names, mostly
+                        for k, v in b.backend_capability.items()},
             device_map=dict(b.default_device_backend_map),
             type_map=dict(b.backend_type_map),
             plugins=dict(b._plugins),

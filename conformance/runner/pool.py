@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import itertools
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -314,7 +315,11 @@ class RankPool:
         run_id = next(self._run_ids)
         for w in self._workers:  # where a fatal signal's faulthandler dump of this run will start
             w.stack_mark = _size(w.stack_path)
-        payload = bytes(ForkingPickler.dumps(("run", run_id, task, kwargs)))
+        msg = ("run", run_id, task, kwargs)
+        try:  # the C pickler: dill's (ForkingPickler) is pure Python, ~20 us for a check's task
+            payload = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - e.g. a lambda in kwargs, which dill can still pickle
+            payload = bytes(ForkingPickler.dumps(msg))
         started = time.monotonic()
         for w in self._workers:
             with contextlib.suppress(OSError):  # a dead worker shows up through its sentinel

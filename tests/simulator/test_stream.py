@@ -63,3 +63,27 @@ def test_a_forked_child_never_hands_work_to_its_parents_parked_workers() -> None
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_stream_is_idle_once_its_last_op_completed() -> None:
+    """The worker leaves the stream before it completes the last op's future, so closing the stream right
+    after waiting on it waits for nothing (every check closes its world's streams at destroy)."""
+    s = Stream("idle")
+    s.submit(lambda: None).wait()
+    assert s._served.is_set(), "the stream still held its worker after its last op completed"
+    started = time.monotonic()
+    s.close(timeout_s=5.0)
+    assert time.monotonic() - started < 0.5
+
+
+def test_a_worker_keeps_serving_a_stream_with_queued_work() -> None:
+    s, release, seen = Stream("busy"), threading.Event(), []
+    first = s.submit(lambda: release.wait(5))
+    rest = [s.submit(lambda i=i: seen.append((i, threading.current_thread()))) for i in range(3)]
+    release.set()
+    first.wait()
+    for f in rest:
+        f.wait()
+    assert [i for i, _ in seen] == [0, 1, 2]
+    assert len({t for _, t in seen}) == 1, "queued ops of one stream ran on different workers"
+    s.close()
