@@ -4,6 +4,7 @@
    corrupts every path of the backend alike (AVG as SUM, MIN/MAX swapped, the wrong reduce_scatter shard) must
    fail the data requirements, and no check compares two tensors with torch.equal/allclose.
 2. A refusal check names what the error must contain.
+7. Subgroups carry the check's timeout (ctx.new_group), but where pg_options are the subject (hints.py).
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def test_every_refusal_names_what_the_error_must_contain(path: Path) -> None:
     bad = [f"{path.name}:{c.lineno}" for c in _calls(tree, "expect_raises")
            if len(c.args) < 5 and not any(k.arg == "contains" for k in c.keywords)]
     assert not bad, f"expect_raises without contains=...: {bad}"
+
+
+TIMEOUT_EXEMPT = ("hints.py",)  # its pg_options objects are the subject; registry.py defines ctx.new_group
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if p.name not in TIMEOUT_EXEMPT], ids=lambda p: p.name)
+def test_subgroups_carry_the_checks_timeout(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    bad = [f"{path.name}:{c.lineno}" for c in _calls(tree, "new_group")
+           if isinstance(c.func, ast.Attribute) and getattr(c.func.value, "id", "") == "dist"
+           and not any(k.arg == "timeout" for k in c.keywords)]
+    assert not bad, f"dist.new_group without the check's timeout (use ctx.new_group): {bad}"
 
 
 # A defect shared by every path of the backend, and data requirements that must fail on it.
