@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import glob
 import itertools
 import os
 import pickle
@@ -171,12 +172,10 @@ class RankPool:
         self._run_ids = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
-        # A Ctrl-C between making the stack dir and tracking this pool (which closes it at exit) left the dir
-        # behind: a signal now waits until both are done.
-        with signals_blocked():
-            self._stack_dir = tempfile.mkdtemp(prefix=f"{self.scratch}stacks-")
-            _track(self)
+        self._stack_dir = ""
+        _track(self)  # first: the pool is closed at exit whatever point a Ctrl-C interrupts from here on
         try:
+            self._stack_dir = tempfile.mkdtemp(prefix=f"{self.scratch}stacks-")
             self._start()
         except BaseException:
             self.close()
@@ -193,8 +192,11 @@ class RankPool:
         sys.stdout.flush()  # or the workers inherit, and later print, what is still buffered
         sys.stderr.flush()
         try:
-            # A SIGINT/SIGTERM that arrives while forking waits until every worker exists (and has set its
-            # own handlers), then reaches this process: it is neither lost nor half-handled in a new child.
+            # A SIGINT/SIGTERM that arrives while forking reaches a new child only once it has set its own
+            # handlers. This thread's mask does not keep the KeyboardInterrupt out of this process, though:
+            # another thread (a store's) may take the signal, and Python raises it here. So a worker is listed
+            # before it starts, and _kill() ends it whatever line that lands on; an unlisted started one would
+            # be joined forever by multiprocess at exit (a double Ctrl-C during certify hung it for 90 s).
             with signals_blocked():
                 for rank in range(self.world_size):
                     parent_conn, child_conn = self._ctx.Pipe()
@@ -206,9 +208,9 @@ class RankPool:
                                 "stack_path": stack_path},
                         name=f"cfm-pool{self.pool_id}-rank{rank}",
                     )
+                    self._workers.append(_Worker(rank, proc, parent_conn, stack_path))
                     proc.start()
                     child_conn.close()
-                    self._workers.append(_Worker(rank, proc, parent_conn, stack_path))
             self.rebuilds += 1
             port = self._serve_store()
             for w in self._workers:
@@ -260,7 +262,7 @@ class RankPool:
 
         Safe to call again after an interrupted call (a Process already closed is skipped).
         """
-        procs = [w.process for w in self._workers if not _closed(w.process)]
+        procs = [w.process for w in self._workers if not _closed(w.process) and w.process.pid is not None]
         for proc in procs:
             if proc.is_alive():
                 with contextlib.suppress(OSError):
@@ -288,7 +290,10 @@ class RankPool:
         """Terminate the workers, join them, run the cleanups and remove this pool's stack files."""
         self._closed = True
         self._kill()
-        shutil.rmtree(self._stack_dir, ignore_errors=True)
+        # by its name, which is this process's and this pool's alone: also one that mkdtemp made but a Ctrl-C
+        # kept from being assigned to _stack_dir
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{self.scratch}stacks-*")):
+            shutil.rmtree(path, ignore_errors=True)
         _live.discard(self)
 
     # -- running ---------------------------------------------------------------------------------

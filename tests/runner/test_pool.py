@@ -223,3 +223,27 @@ def test_pool_set_one_pool_per_world_size():
     finally:
         pool_set.close()
     assert _wait_gone(pids, 5) == []
+
+
+def test_a_ctrl_c_right_after_a_worker_started_leaves_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python raises a KeyboardInterrupt on the main thread wherever it is when any thread took the signal:
+    here right after rank 1's process started. The pool must still end that process: multiprocess joins every
+    started child at exit, so one left running hung the command (certify under a double Ctrl-C)."""
+    import multiprocess
+
+    real_start = multiprocess.context.ForkProcess.start
+    started: list[int] = []
+
+    def start_then_interrupted(self) -> None:
+        real_start(self)
+        started.append(self.pid)
+        if len(started) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(multiprocess.context.ForkProcess, "start", start_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        RankPool(3)
+    monkeypatch.undo()
+    assert len(started) == 2
+    assert not _wait_gone(started, 10.0), "a started worker was left running"
+    assert not [p for p in multiprocess.active_children() if p.pid in started]
