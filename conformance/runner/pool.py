@@ -7,7 +7,6 @@ import contextlib
 import glob
 import itertools
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -23,7 +22,6 @@ from typing import Any
 import multiprocess
 import torch.distributed as dist
 from multiprocess.connection import wait
-from multiprocess.reduction import ForkingPickler
 
 from conformance.runner import worker
 
@@ -320,11 +318,7 @@ class RankPool:
         run_id = next(self._run_ids)
         for w in self._workers:  # where a fatal signal's faulthandler dump of this run will start
             w.stack_mark = _size(w.stack_path)
-        msg = ("run", run_id, task, kwargs)
-        try:  # the C pickler: dill's (ForkingPickler) is pure Python, ~20 us for a check's task
-            payload = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - e.g. a lambda in kwargs, which dill can still pickle
-            payload = bytes(ForkingPickler.dumps(msg))
+        payload = worker.dumps(("run", run_id, task, kwargs))
         started = time.monotonic()
         for w in self._workers:
             with contextlib.suppress(OSError):  # a dead worker shows up through its sentinel

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from multiprocess.reduction import ForkingPickler
 
 LOOPBACK = "127.0.0.1"
 # A name prefix unique to the rank pool, set in every rank: a target names what its ranks leave outside
@@ -70,18 +71,19 @@ def _run_one(rank: int, world_size: int, client: dist.Store, msg: tuple) -> tupl
     return ("done", run_id, status, value, error, tb, time.perf_counter() - started)
 
 
+def dumps(message: tuple) -> bytes:
+    """A pipe message's bytes: from the C pickler when it can (dill, the pipes' own pickler, is pure Python:
+    20-30 us for a check's task or outcome against about 1 us), else from dill (a lambda in it, say), which
+    the other end's ``recv`` reads either way."""
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - whatever the C pickler refuses, dill may still take
+        return bytes(ForkingPickler.dumps(message))
+
+
 def _send_result(conn: Any, result: tuple) -> None:
-    """Send a task's result: pickled by the C pickler when it can (dill, which ``conn.send`` uses, is a
-    pure-Python pickler, about 30 us for a check's outcome against 1 us), else by ``conn.send``."""
     try:
-        data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - e.g. a lambda in the value: dill may still pickle it
-        data = None
-    try:
-        if data is not None:
-            conn.send_bytes(data)
-        else:
-            conn.send(result)
+        conn.send_bytes(dumps(result))
     except Exception as exc:  # e.g. an unpicklable return value; the pipe is untouched  # noqa: BLE001
         done, run_id, _, _, _, _, duration = result
         error = f"task result could not be sent: {type(exc).__name__}: {exc}"
