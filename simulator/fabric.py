@@ -54,11 +54,24 @@ def _block_bytes(n: int) -> int:
     return max(16 << 10, min(256 << 10, (1 << 20) // n))
 
 
-def _reduce_blocks(out: Tensor, srcs: list[Tensor], op: str, n: int, defects: Defects) -> None:
-    """reduce_into over flat ``out``, block by block, so that the running result stays in cache."""
+def _reduce_chunk(out: Tensor, srcs: list[Tensor], own: int, publish: Tensor, op: str, defects: Defects) -> None:
+    """reduce_into over flat ``out``, block by block, so that the running result stays in cache; each
+    reduced block is also copied to ``publish`` (this rank's slot, where peers gather it) while in cache.
+
+    ``srcs[own]`` may be ``out`` itself (the rank's own chunk, reduced in place and never staged): each of
+    its blocks is read into a cache-sized scratch block before being overwritten.
+    """
+    n = len(srcs)
     step = max(1, _block_bytes(n) // out.element_size())
+    aliased = srcs[own].data_ptr() == out.data_ptr()
+    scratch = torch.empty(min(step, out.numel()), dtype=out.dtype) if aliased else None
     for a in range(0, out.numel(), step):
-        reduce_into(out[a:a + step], [s[a:a + step] for s in srcs], op, defects)
+        b = min(a + step, out.numel())
+        blocks = [s[a:b] for s in srcs]
+        if scratch is not None:
+            blocks[own] = scratch[:b - a].copy_(blocks[own])
+        reduce_into(out[a:b], blocks, op, defects)
+        publish[a:b].copy_(out[a:b])
 
 
 def _split(rows: int, n: int, sizes: list[int] | None, what: str) -> tuple[list[int], str | None]:
@@ -118,9 +131,11 @@ class Fabric(ListCollectives):
 
     # --------------------------------------------------------- collective core
     def _begin(self, name: str, desc: str, err: str | None, payload: list[Tensor],
-               splits: Splits | None = None) -> _Op:
+               splits: Splits | None = None, unstaged: dict[int, tuple[int, int]] | None = None) -> _Op:
         """Stage `payload` (in this rank's slot, or inline when small), exchange metadata and check every
-        rank agrees."""
+        rank agrees. ``unstaged`` maps a payload index to the flat element range this rank reads from the
+        tensor itself and peers never read from its slot (pack_into's ``skip``) before this rank publishes
+        there; it is staged all the same when the payload goes inline."""
         self.control.check_usable(name)
         self.seq += 1
         seq = self.seq
@@ -131,7 +146,7 @@ class Fabric(ListCollectives):
             mine = OpMeta(desc, err, None, 0, splits, inline=to_text(inline))
         else:
             if err is None and total:
-                pack_into(self.slots.own_slot(seq, total), payload, offs)
+                pack_into(self.slots.own_slot(seq, total), payload, offs, unstaged)
             mine = OpMeta(desc, err, self.slots.segment, self.slots.slot_bytes, splits)
         everyone = range(self.n)
         got = self.control.exchange(seq, "meta", mine.encode(), to=everyone, frm=everyone, what=name)
@@ -159,20 +174,28 @@ class Fabric(ListCollectives):
         err = err or next((e for e in (unsupported(t.dtype, op) for t in tensors) if e), None)
         where = "" if root is None else f", root={root}"
         desc = f"{name}({', '.join(map(tdesc, tensors))}, {op}{where})"
-        o = self._begin(name, desc, err, tensors)
+        splits = {k: _chunk(t.numel(), self.n, self.me) for k, t in enumerate(tensors)
+                  if nbytes(t) >= _SPLIT_BYTES and t.numel() >= self.n}
+        # A contiguous tensor's own chunk is read in place rather than staged, unless the list holds its
+        # storage twice (its first reduction would then change what the second one reads).
+        storages = [t.untyped_storage().data_ptr() for t in tensors]
+        unstaged = {k: splits[k] for k in splits if tensors[k].is_contiguous() and storages.count(storages[k]) == 1}
+        o = self._begin(name, desc, err, tensors, unstaged=unstaged)
         gets_result = root is None or self.me == root
         chunked = []
         for k, t in enumerate(tensors):
             srcs = [self._view(o, j, k, t) for j in range(self.n)]
-            if nbytes(t) < _SPLIT_BYTES or t.numel() < self.n:
+            if k not in splits:
                 if gets_result:
                     reduce_into(t, [v.view(t.shape) for v in srcs], op, self.defects)
                 continue
-            lo, hi = _chunk(t.numel(), self.n, self.me)
+            lo, hi = splits[k]
+            chunk = [v[lo:hi] for v in srcs]
+            if k in unstaged:
+                chunk[self.me] = t.view(-1)[lo:hi]
             work = t if gets_result and t.is_contiguous() else None
             target = work.view(-1)[lo:hi] if work is not None else torch.empty(hi - lo, dtype=t.dtype)
-            _reduce_blocks(target, [v[lo:hi] for v in srcs], op, self.n, self.defects)
-            srcs[self.me][lo:hi].copy_(target)
+            _reduce_chunk(target, chunk, self.me, srcs[self.me][lo:hi], op, self.defects)
             chunked.append((t, srcs, work))
         if not chunked:
             return

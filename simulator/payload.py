@@ -46,10 +46,19 @@ def typed(buf: Tensor | None, off: int, dtype: torch.dtype, numel: int) -> Tenso
     return buf[off:off + size].view(dtype)
 
 
-def pack_into(buf: Tensor, tensors: list[Tensor], offs: list[int]) -> None:
-    """Copy ``tensors`` into the uint8 buffer ``buf`` at ``offs``."""
-    for t, off in zip(tensors, offs, strict=True):
-        typed(buf, off, t.dtype, t.numel()).view(t.shape).copy_(t)
+def pack_into(buf: Tensor, tensors: list[Tensor], offs: list[int],
+              skip: dict[int, tuple[int, int]] | None = None) -> None:
+    """Copy ``tensors`` into the uint8 buffer ``buf`` at ``offs``; ``skip`` maps the index of a contiguous
+    tensor to a flat element range [lo, hi) that is left out (its owner reads it from the tensor itself)."""
+    for k, (t, off) in enumerate(zip(tensors, offs, strict=True)):
+        dst = typed(buf, off, t.dtype, t.numel())
+        if skip is None or k not in skip:
+            dst.view(t.shape).copy_(t)
+            continue
+        lo, hi = skip[k]
+        flat = t.view(-1)
+        dst[:lo].copy_(flat[:lo])
+        dst[hi:].copy_(flat[hi:])
 
 
 def pack(tensors: list[Tensor], offs: list[int], total: int) -> Tensor:

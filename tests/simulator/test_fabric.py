@@ -415,6 +415,33 @@ def test_non_contiguous_views(prefix: str) -> None:
     assert ok_values(run_ranks(2, body, prefix), 2) == [[], []]
 
 
+def test_chunked_reductions_of_views_and_repeated_tensors(prefix: str) -> None:
+    """The chunked path reads a rank's own chunk in place; a non-contiguous tensor, a tensor listed twice
+    and two views of one storage must still reduce every rank's original values."""
+    def body(fab: Fabric, rank: int, n: int) -> list[str]:
+        numel = LARGE_BYTES // 4 * 2
+        mine = torch.arange(numel, dtype=torch.float32) % 1000 + rank
+        want = sum(torch.arange(numel, dtype=torch.float32) % 1000 + r for r in range(n))
+        fails = []
+        wide = torch.zeros(numel, 2)
+        wide[:, 0] = mine
+        column = wide[:, 0]  # non-contiguous, chunked
+        fab.all_reduce([column], "sum")
+        fails += [] if torch.equal(column, want) and not wide[:, 1].any() else ["non-contiguous"]
+        t = mine.clone()
+        fab.all_reduce([t, t], "sum")
+        fails += [] if torch.equal(t, want) else [f"listed twice: {t[:4].tolist()} != {want[:4].tolist()}"]
+        both = torch.cat([mine, mine])
+        fab.all_reduce([both[:numel], both[numel:]], "sum")
+        fails += [] if torch.equal(both, torch.cat([want, want])) else ["two views of one storage"]
+        t = mine.clone()
+        fab.reduce([t], n - 1, "sum")
+        fails += [] if torch.equal(t, want if rank == n - 1 else mine) else ["reduce"]
+        return fails
+
+    assert ok_values(run_ranks(3, body, prefix), 3) == [[], [], []]
+
+
 def test_p2p_size_mismatch_reported_to_both_sides(prefix: str) -> None:
     def body(fab: Fabric, rank: int, n: int) -> str:
         if rank == 0:
