@@ -85,6 +85,14 @@ def _group(value: Any) -> dist.ProcessGroup | None:
 
 
 class _Dispatch(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: keep torch from wrapping ``__torch_dispatch__`` in ``torch._disable_dynamo``
+        (TorchDispatchMode.__init_subclass__, torch/utils/_python_dispatch.py, v2.11 to v2.15), whose first
+        call imports torch._dynamo: about 1 s of CPU in every rank process a pool forks. This mode only
+        forwards each op after noting c10d ones; nothing compiles under it."""
+        return False
+
     def __init__(self, seen: Callable[[str, tuple, dict], None]) -> None:
         super().__init__()
         self._seen = seen
