@@ -255,6 +255,14 @@ class ToyProcessGroup(dist.ProcessGroup):
             self._scatter_reduced(out, _reduce([contrib[i] for contrib in everyone], opts.reduceOp))
         return completed_work(outputs)
 
+    # torch 2.11 calls these names for all_gather_into_tensor, reduce_scatter_tensor and their coalesced
+    # blocks (v2.11.0 distributed_c10d.py:4186, :4652, :2766, :2776); 2.13 and later call the ones above
+    # (v2.13.0 :4387, :4936, :2909, :2919).
+    _allgather_base = all_gather_single
+    _reduce_scatter_base = reduce_scatter_single
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         everyone = self._exchange([t.detach().cpu() for t in tensors])
         for i, t in enumerate(tensors):
