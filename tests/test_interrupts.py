@@ -119,8 +119,9 @@ def test_interrupted_run_leaves_a_valid_report_or_none_and_nothing_behind(comman
         seen |= _tree(proc.pid)
         time.sleep(0.01)
     assert _forks(proc.pid, seen), "the command started no rank processes"
-    if when == "mid":  # a few results in, pools and store up
-        while sum(map(bool, map(PROGRESS.match, lines))) < MID_RESULTS[command] and time.monotonic() < deadline:
+    if when == "mid":  # a few results in, pools and store up (and seen: the results can come before a first look)
+        while (sum(map(bool, map(PROGRESS.match, lines))) < MID_RESULTS[command] or not ports) \
+                and time.monotonic() < deadline and proc.poll() is None:
             seen |= _tree(proc.pid)
             ports |= _listening_ports({proc.pid} | seen)
             time.sleep(0.02)
