@@ -17,11 +17,12 @@ import traceback
 
 import torch.distributed as dist
 
+_REGISTERED = "registered"  # the child's report when the import registered the backend
+
 
 def _import_and_exit(module: str, backend: str, report_fd: int) -> None:
-    """In the forked child: import ``module``, write what went wrong (nothing when all is well) to
-    ``report_fd`` and exit without running anything the parent registered."""
-    code = 1
+    """In the forked child: import ``module``, write ``_REGISTERED`` or what went wrong to ``report_fd``,
+    and exit without running anything the parent registered."""
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):  # the CLI's handlers defer these; the child just ends
             signal.signal(signum, signal.SIG_DFL)
@@ -30,15 +31,14 @@ def _import_and_exit(module: str, backend: str, report_fd: int) -> None:
         os.dup2(quiet, 2)
         try:
             importlib.import_module(module)
-            problem = "" if dist.is_backend_available(backend) else (
+            report = _REGISTERED if dist.is_backend_available(backend) else (
                 f"importing vendor module {module!r} did not register backend {backend!r} "
                 "with Backend.register_backend")
         except BaseException as exc:  # noqa: BLE001 - any failure of the import is the one line reported
-            problem = f"importing vendor module {module!r} failed: " + traceback.format_exception_only(exc)[-1].strip()
-        os.write(report_fd, problem.encode(errors="replace"))
-        code = 0 if not problem else 1
+            report = f"importing vendor module {module!r} failed: " + traceback.format_exception_only(exc)[-1].strip()
+        os.write(report_fd, report.encode(errors="replace"))
     finally:
-        os._exit(code)
+        os._exit(0)
 
 
 def probe_import(module: str, backend: str, timeout_s: float) -> str | None:
@@ -72,7 +72,7 @@ def probe_import(module: str, backend: str, timeout_s: float) -> str | None:
     if os.WIFSIGNALED(status):
         name = signal.Signals(os.WTERMSIG(status)).name
         return f"importing vendor module {module!r} killed the Python process ({name})"
-    problem = b"".join(chunks).decode(errors="replace")
-    if problem or os.WEXITSTATUS(status) == 0:
-        return problem or None
-    return f"importing vendor module {module!r} failed: exit code {os.WEXITSTATUS(status)}"
+    report = b"".join(chunks).decode(errors="replace")
+    if report:
+        return None if report == _REGISTERED else report
+    return f"importing vendor module {module!r} ended the process (exit code {os.WEXITSTATUS(status)})"

@@ -17,6 +17,7 @@ MODULES = {
     "cfm_segfaults_on_import": "import ctypes\nctypes.string_at(0)\n",
     "cfm_raises_on_import": "raise RuntimeError('vendor library not found: libcfm.so')\n",
     "cfm_registers_nothing": "print('loaded, registering nothing')\n",
+    "cfm_exits_on_import": "import os\nos._exit(0)\n",
 }
 
 
@@ -26,6 +27,7 @@ MODULES = {
     ("cfm_raises_on_import", "RuntimeError: vendor library not found: libcfm.so"),
     ("cfm_no_such_module", "ModuleNotFoundError: No module named 'cfm_no_such_module'"),
     ("cfm_registers_nothing", "did not register backend 'cfmx' with Backend.register_backend"),
+    ("cfm_exits_on_import", "ended the process (exit code 0)"),
 ])
 def test_a_bad_vendor_import_is_one_line_and_exit_2(module, says, tmp_path: Path) -> None:
     for name, text in MODULES.items():
