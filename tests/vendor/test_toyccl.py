@@ -35,7 +35,7 @@ def _rank(rank: int, port: int, module: str, queue) -> None:
     try:
         target = VendorTarget(backend=module, module=module).driver()
         target.setup(rank, WORLD)
-        store = dist.TCPStore("127.0.0.1", port, WORLD, rank == 0, timeout=timedelta(seconds=20))
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=20))
         target.init_world(store, rank, WORLD, WorldSpec(mode="lazy"), 20.0)
         single = torch.full((3,), float(rank + 1))
         dist.all_reduce(single)
@@ -73,9 +73,13 @@ def _run(module: str) -> dict[int, list]:
     procs = [ctx.Process(target=_rank, args=(r, port, module, queue)) for r in range(WORLD)]
     for p in procs:
         p.start()
+    # The store lives here, created after forking, so that it outlives both ranks: hosted by rank 0, it went
+    # away when rank 0 finished first, and rank 1's teardown saw "Connection reset by peer".
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     results = dict(queue.get(timeout=60) for _ in procs)
     for p in procs:
         p.join(timeout=30)
+    del server
     for rank, res in results.items():
         assert not isinstance(res, str), f"rank {rank}: {res}"
     return results
