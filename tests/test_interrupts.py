@@ -4,6 +4,7 @@ socket left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -88,6 +89,18 @@ def _listen_table() -> list[tuple[int, str]]:
     return rows
 
 
+@contextlib.contextmanager
+def _sigint_not_ignored():
+    """Let the children started in this block begin with SIGINT at its default. A shell starts a background
+    job with SIGINT ignored, and an ignored signal stays ignored across exec: a pytest started from there
+    would never see the simulated Ctrl-C. (A handler, unlike SIG_IGN, is reset to the default by exec.)"""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _signal(proc: subprocess.Popen, how: str) -> None:
     if how == "int":  # Ctrl-C at a terminal reaches the whole foreground process group
         os.killpg(proc.pid, signal.SIGINT)
@@ -106,9 +119,10 @@ CASES += [(c, "int", "fork") for c in ARGS] + [("run", "term", "fork"), ("run", 
 @pytest.mark.parametrize(("command", "how", "when"), CASES)
 def test_interrupted_run_leaves_a_valid_report_or_none_and_nothing_behind(command, how, when, tmp_path) -> None:
     report_dir = tmp_path / "reports"
-    proc = subprocess.Popen([sys.executable, "-m", "conformance", *ARGS[command], "--report-dir", str(report_dir)],
-                            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    with _sigint_not_ignored():
+        proc = subprocess.Popen([sys.executable, "-m", "conformance", *ARGS[command], "--report-dir", str(report_dir)],
+                                cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
@@ -159,10 +173,11 @@ def test_interrupted_run_leaves_a_valid_report_or_none_and_nothing_behind(comman
 @pytest.mark.parametrize("how", ["int", "double", "term"])
 def test_interrupted_pytest_xdist_run_leaves_a_marked_report_or_none(how, tmp_path) -> None:
     report_dir = tmp_path / "reports"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "conformance/suite",
-         "--conformance-targets=sim", "--conformance-world-sizes=2,4", f"--conformance-report-dir={report_dir}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    with _sigint_not_ignored():
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "conformance/suite",
+             "--conformance-targets=sim", "--conformance-world-sizes=2,4", f"--conformance-report-dir={report_dir}"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     out: list[str] = []
     reader = threading.Thread(target=lambda: out.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True)
     reader.start()
