@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -62,6 +63,8 @@ def _line_up(store: dist.Store, n: int, name: str) -> None:
 def _rank(ports: Any, n: int, rank: int, q: Any) -> None:
     try:
         os.environ[SHM_PREFIX_ENV] = PREFIX
+        # lazy P2P is what is measured: its warning, once per rank, would bury the table
+        warnings.filterwarnings("ignore", message="simulator: send/recv on a lazily initialised group")
         torch.set_num_threads(1)
         simulator.register()
         store = dist.TCPStore("127.0.0.1", ports.get(timeout=60), is_master=False,
