@@ -100,9 +100,28 @@ def exit_at_recorded_time(rank: int, world_size: int, store: Any, bad_rank: int,
     return rank
 
 
+def _open_fds_when_idle(settle_s: float = 5.0) -> list[str]:
+    """What this process's fds point to, once no simulator stream worker is serving (bounded wait): a worker
+    still finishing a destroyed world's last op holds that world's store connection for a moment, which is
+    no leak; a busy host can delay it."""
+    import threading
+
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline and any(
+            t.name.startswith("sim-stream-") and t.name != "sim-stream-parked" for t in threading.enumerate()):
+        time.sleep(0.01)
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the fd listdir itself used, closed since
+            continue
+    return sorted(targets)
+
+
 def fds_over_reinits(rank: int, world_size: int, store: Any, rounds: int, fresh_store: bool) -> dict:
     """Init a simulator world ``rounds`` times (with a new_group each time), on a fresh TCPStore each time or
-    on the pool's store; the fd count after each round."""
+    on the pool's store; what the open fds point to after each round (round -> targets)."""
     import datetime
 
     import torch
@@ -135,7 +154,7 @@ def fds_over_reinits(rank: int, world_size: int, store: Any, rounds: int, fresh_
             if step == "ops":
                 dist.destroy_process_group()
         del fresh, group
-        counts[i + 1] = len(os.listdir("/proc/self/fd"))
+        counts[i + 1] = _open_fds_when_idle()
     return counts
 
 

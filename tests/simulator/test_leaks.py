@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 
@@ -24,10 +25,11 @@ def test_fds_stay_flat_over_50_reinits(fresh_store: bool) -> None:
         reports = pool.run(f"{T}:fds_over_reinits", {"rounds": 50, "fresh_store": fresh_store}, timeout_s=300)
         assert all(r.status == "ok" for r in reports), [(r.error, r.traceback) for r in reports]
         for r in reports:
-            counts = r.value
-            growth = f"rank {r.rank}: {counts[5]} fds after 5 re-inits, {counts[50]} after 50"
+            early, late = r.value[5], r.value[50]
+            added = Counter(late) - Counter(early)
+            growth = f"rank {r.rank}: {len(early)} fds after 5 re-inits, {len(late)} after 50"
             print(growth)
-            assert counts[50] - counts[5] <= 4, growth
+            assert len(late) - len(early) <= 4, f"{growth}; opened since: {sorted(added.elements())}"
     finally:
         pool.close()
 
