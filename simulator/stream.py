@@ -22,6 +22,8 @@ import torch
 from simulator import connections
 
 _PARK_S = 10.0  # a worker without a stream exits after waiting this long for one
+THREAD_PREFIX = "sim-stream-"  # every worker's name starts so: then the stream it serves, or "parked"
+PARKED_THREAD_NAME = f"{THREAD_PREFIX}parked"
 
 _Item = tuple[Callable[[], Any], torch.futures.Future]
 _park_lock = threading.Lock()
@@ -45,7 +47,7 @@ def _dispatch(stream: Stream) -> None:
     if inbox is not None:
         inbox.put(stream)
     else:
-        threading.Thread(target=_work, args=(stream,), name=f"sim-stream-{stream.name}", daemon=True).start()
+        threading.Thread(target=_work, args=(stream,), name=f"{THREAD_PREFIX}{stream.name}", daemon=True).start()
 
 
 def _park_inbox() -> queue.SimpleQueue[Stream]:
@@ -73,9 +75,9 @@ def _work(stream: Stream | None) -> None:
     """A worker: serve streams one at a time, parking between them."""
     try:
         while stream is not None:
-            threading.current_thread().name = f"sim-stream-{stream.name}"
+            threading.current_thread().name = f"{THREAD_PREFIX}{stream.name}"
             inbox = stream._serve()
-            threading.current_thread().name = "sim-stream-parked"
+            threading.current_thread().name = PARKED_THREAD_NAME
             stream = _park(inbox)
     finally:
         connections.release_thread()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -104,11 +105,11 @@ def _open_fds_when_idle(settle_s: float = 5.0) -> list[str]:
     """What this process's fds point to, once no simulator stream worker is serving (bounded wait): a worker
     still finishing a destroyed world's last op holds that world's store connection for a moment, which is
     no leak; a busy host can delay it."""
-    import threading
+    from simulator.stream import PARKED_THREAD_NAME, THREAD_PREFIX
 
     deadline = time.monotonic() + settle_s
     while time.monotonic() < deadline and any(
-            t.name.startswith("sim-stream-") and t.name != "sim-stream-parked" for t in threading.enumerate()):
+            t.name.startswith(THREAD_PREFIX) and t.name != PARKED_THREAD_NAME for t in threading.enumerate()):
         time.sleep(0.01)
     targets = []
     for fd in os.listdir("/proc/self/fd"):
