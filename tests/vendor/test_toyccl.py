@@ -74,7 +74,8 @@ def _run(module: str) -> dict[int, list]:
     for p in procs:
         p.start()
     # The store lives here, created after forking, so that it outlives both ranks: hosted by rank 0, it went
-    # away when rank 0 finished first, and rank 1's teardown saw "Connection reset by peer".
+    # away when rank 0 left the final barrier first, and rank 1, still reading the barrier's keys, saw
+    # "Connection reset by peer".
     server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     results = dict(queue.get(timeout=60) for _ in procs)
     for p in procs:
