@@ -17,7 +17,7 @@ pytest.importorskip("toyccl", reason="examples/toyccl is not installed (pip inst
 def _certify(tmp_path: Path, *flags: str) -> tuple[int, dict | None]:
     code = main(["certify", "--backend", "toyccl", "--import", "toyccl", "--world-sizes", "2",
                  "--requirement", "SPLIT-MEMBERSHIP,HINT-NEWGROUP-OPTIONS", "--report-dir", str(tmp_path), *flags])
-    path = tmp_path / "vendor.json"
+    path = tmp_path / "toyccl.json"
     return code, json.loads(path.read_text()) if path.exists() else None
 
 
