@@ -56,9 +56,12 @@ def test_frontend_requirements_count_neither_in_judged_nor_in_the_verdict(monkey
 def test_report_summary_and_markdown_lead_with_the_unjudged():
     report = build_report("t", RESULTS, ENV, capabilities={"split"})  # validates against the schema
     text = render_markdown(report)
-    assert "**Judged 3 of 6 backend MUST requirements.**" in text
-    head = text.split("## Environment")[0]
-    assert "## MUST requirements not judged" in head and "`SPLIT-LINEAGE`" in head and "device_binding" in head
+    assert "**Judged 3 of 6 backend MUST requirements** that apply" in text
+    head = text.split("## Failures")[0]
+    assert head.startswith("# Conformance report: t") and "## Summary" in head
+    assert "not judged, capability not declared: `SPLIT-LINEAGE`" in head
+    table = text[text.index("## Not judged"):text.index("## Matrix")]
+    assert "`SPLIT-LINEAGE` | capability not declared | device_binding" in table
 
 
 @pytest.mark.parametrize("outcome", ["pass", "fail", "error"])
