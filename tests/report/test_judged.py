@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from conformance.report import Result, build_report, render_markdown
+from conformance.outcomes import Outcome
+from conformance.report import RankOutcome, Result, build_report, render_markdown
 from conformance.report import build as build_module
 from conformance.report.build import judged_musts
 from conformance.spec import load_catalog
@@ -67,3 +68,27 @@ def test_report_summary_and_markdown_lead_with_the_unjudged():
 @pytest.mark.parametrize("outcome", ["pass", "fail", "error"])
 def test_every_verdict_counts_as_judged(outcome):
     assert judged_musts([res("SPLIT-MEMBERSHIP", outcome)])["judged"] == 1
+
+
+def test_requirements_that_cannot_apply_leave_the_denominator_apart_from_capabilities_not_declared():
+    ran = RankOutcome(0, "skip", "rank 0: made no communicator for lazy P2P")
+    results = [
+        res("SPLIT-MEMBERSHIP", "pass"),
+        # a check that ran and found none of what it judges (no pair communicators): cannot apply
+        res("P2P-LAZY-PAIR-COMM", "skip", detail="target t made no communicator for lazy P2P", ranks=[ran]),
+        res("HINT-TORCHCOMMS-OPTIONS", "skip", detail="target t lacks capability torchcomms, options"),
+        res("SPLIT-LINEAGE", "skip", detail="target t lacks capability device_binding"),
+        # a skip inside a check naming a capability the target lacks is a capability not declared
+        res("P2P-EAGER-REUSE", "skip", detail="rank 0: an eager world needs capability device_binding", ranks=[ran]),
+        res("SPLIT-VALIDATION", "skip", detail="requirement runs at world sizes [4] only"),
+        res("P2P-LAZY-WARN-ONCE", "not-observable", detail="target t cannot observe observe:comm_created"),
+    ]
+    judged = judged_musts(results, capabilities={"split", "custom_backend", "observe:launch"})
+    assert {n["requirement"] for n in judged["not_applicable"]} == {"P2P-LAZY-PAIR-COMM", "HINT-TORCHCOMMS-OPTIONS"}
+    assert judged["backend_musts"] == 5 and judged["judged"] == 1
+    assert {u["requirement"]: u["why"] for u in judged["unjudged"]} == {
+        "SPLIT-LINEAGE": "capability", "P2P-EAGER-REUSE": "capability", "SPLIT-VALIDATION": "not-run",
+        "P2P-LAZY-WARN-ONCE": Outcome.NOT_OBSERVABLE.value}
+    report = build_report("t", results, ENV, capabilities={"split"})  # validates against the schema
+    table = render_markdown(report).split("cannot apply to this target (not counted)")[1]
+    assert "`HINT-TORCHCOMMS-OPTIONS` | needs torchcomms" in table
