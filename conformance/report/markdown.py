@@ -36,7 +36,7 @@ VERDICT_MEANING: dict[str, str] = {
     "incomplete": "the run was interrupted, or no backend MUST requirement could be judged: no claim is made",
 }
 WHY: dict[str, str] = {
-    NOT_DECLARED: "capability not declared",
+    NOT_DECLARED: "capability lacking (not declared)",
     NOT_OBSERVABLE: "not observable",
     NOT_RUN: "not run at these world sizes",
 }
@@ -99,7 +99,8 @@ def _summary(report: dict[str, Any], kinds: dict[str, str]) -> list[str]:
     what = f"- Target `{report['target']}`"
     if env.get("backend"):
         package = f", package `{env.get('package')}` {env.get('version') or ''}".rstrip() if env.get("package") else ""
-        what += f" (backend `{env['backend']}`{package}, device `{env.get('device')}`)"
+        device = f", device `{env['device']}`" if env.get("device") else ""
+        what += f" (backend `{env['backend']}`{package}{device})"
     lines.append(what + f" on torch `{env['torch']}`.")
     invocation = report.get("invocation")
     if invocation:

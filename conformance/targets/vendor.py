@@ -11,6 +11,10 @@ names from conformance.targets.base.CAPABILITIES, a list or a comma-separated st
 fields and ``hints``; default: the module's ``conformance_make_options``), ``options`` (True:
 shorthand for declaring the ``options`` capability).
 
+The target, and so its report files, take the backend's name (a preset subclass keeps its own). What
+each capability asks of the backend is ``CONTRACT`` below (``certify --help`` prints it; the guide
+for vendors is docs/vendor-guide.md).
+
 Declared capabilities are verified, not trusted: a check of a requirement that needs a
 declared capability runs, and a skip inside it is reported as a failure naming the capability
 (see ``VendorTarget.declared``).

@@ -60,9 +60,9 @@ def test_report_summary_and_markdown_lead_with_the_unjudged():
     assert "**Judged 3 of 6 backend MUST requirements** that apply" in text
     head = text.split("## Failures")[0]
     assert head.startswith("# Conformance report: t") and "## Summary" in head
-    assert "not judged, capability not declared: `SPLIT-LINEAGE`" in head
+    assert "not judged, capability lacking (not declared): `SPLIT-LINEAGE`" in head
     table = text[text.index("## Not judged"):text.index("## Matrix")]
-    assert "`SPLIT-LINEAGE` | capability not declared | device_binding" in table
+    assert "`SPLIT-LINEAGE` | capability lacking (not declared) | device_binding" in table
 
 
 @pytest.mark.parametrize("outcome", ["pass", "fail", "error"])
