@@ -38,7 +38,7 @@ VERDICT_MEANING: dict[str, str] = {
 WHY: dict[str, str] = {
     NOT_DECLARED: "capability lacking (not declared)",
     NOT_OBSERVABLE: "not observable",
-    NOT_RUN: "not run at these world sizes",
+    NOT_RUN: "not run (world size, or a limit of the target)",
 }
 # Options whose value the reproduction command replaces (flag -> takes a value).
 _REPLACED = {"--requirement": True, "--area": True, "--world-sizes": True, "--report-dir": True}

@@ -75,7 +75,8 @@ def test_requirements_that_cannot_apply_leave_the_denominator_apart_from_capabil
     results = [
         res("SPLIT-MEMBERSHIP", "pass"),
         # a check that ran and found none of what it judges (no pair communicators): cannot apply
-        res("P2P-LAZY-PAIR-COMM", "skip", detail="target t made no communicator for lazy P2P", ranks=[ran]),
+        res("P2P-LAZY-PAIR-COMM", "skip", detail="ranks 0, 1: target t made no communicator for lazy P2P: the "
+            "requirement applies to backends that make pair communicators", ranks=[ran]),
         res("HINT-TORCHCOMMS-OPTIONS", "skip", detail="target t lacks capability torchcomms, options"),
         res("SPLIT-LINEAGE", "skip", detail="target t lacks capability device_binding"),
         # a skip inside a check naming a capability the target lacks is a capability not declared
