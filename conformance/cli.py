@@ -256,7 +256,11 @@ def _capabilities_epilog() -> str:
     from conformance.targets.vendor import CONSULTED, CONTRACT, DECLARABLE
 
     needed_by: dict[str, list[str]] = {c: [] for c in DECLARABLE}
-    for req in load_bound_catalog():
+    try:
+        catalog = load_bound_catalog()
+    except SpecError:  # the command itself reports it, as its one line and exit 2
+        catalog = []
+    for req in catalog:
         for cap in req.capabilities:
             needed_by.get(cap, []).append(req.id)
     wrap = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="    ",
