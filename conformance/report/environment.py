@@ -42,16 +42,21 @@ def _cuda_fields() -> dict[str, Any]:
     return fields
 
 
+# What the suite's behaviour depends on: a change there (not to reports or docs) makes the commit "+dirty".
+SUITE_CODE = ("conformance", "simulator", "pyproject.toml")
+
+
 def _suite_commit() -> str | None:
-    """The git commit of the suite's checkout (``+dirty`` when it has uncommitted changes), or None for an
-    installed copy outside git."""
+    """The git commit of the suite's checkout (``+dirty`` when its code, ``SUITE_CODE``, has uncommitted
+    changes), or None for an installed copy outside git."""
     root = Path(conformance.__file__).resolve().parents[1]
     if not (root / ".git").exists():
         return None
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                *SUITE_CODE],
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
