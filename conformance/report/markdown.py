@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from conformance.outcomes import Outcome
+from conformance.verdict import Verdict
 
 SYMBOLS: dict[Outcome, str] = {
     Outcome.PASS: "✅ pass",
@@ -14,12 +15,6 @@ SYMBOLS: dict[Outcome, str] = {
     Outcome.SKIP: "⏭ skip",
     Outcome.NOT_OBSERVABLE: "👁 n/o",
     Outcome.WAIVED: "🛈 waived",
-}
-VERDICT_SYMBOLS: dict[str, str] = {
-    "conformant": "✅",
-    "conformant-with-waivers": "🛈",
-    "non-conformant": "❌",
-    "incomplete": "⏸",
 }
 
 
@@ -142,7 +137,7 @@ def _findings(report: dict[str, Any]) -> list[str]:
 def render_markdown(report: dict[str, Any], statements: dict[str, str] | None = None) -> str:
     """The Markdown page for ``report``; ``statements`` maps requirement ids to short statements."""
     verdict = report["verdict"]
-    title = f"# Conformance report: {report['target']} — {VERDICT_SYMBOLS.get(verdict, '')} {verdict}"
+    title = f"# Conformance report: {report['target']} — {Verdict(verdict).symbol} {verdict}"
     lines = [
         title,
         "",
