@@ -285,5 +285,5 @@ def test_flight_recorder_knows_every_name_torch_analyser_lists():
     from torch.distributed.flight_recorder.components import types
 
     # this torch's list; "split" and "new_window" are recorded but are no launch
-    unmapped = {n for n in types.COLLECTIVES | types.P2P - {"split", "new_window"} if n not in flight_recorder._OPS}
+    unmapped = {n for n in (types.COLLECTIVES | types.P2P) - {"split", "new_window"} if n not in flight_recorder._OPS}
     assert not unmapped, f"recorded op names the reader keeps raw: {sorted(unmapped)}"
