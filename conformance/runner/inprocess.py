@@ -95,7 +95,9 @@ def run_requirements(requirements: list[Requirement], target: str, target_option
             finally:
                 if isolated:
                     pool.close()
-            mine = rank_outcome(replace(report, rank=rank))  # the pool's one rank is this job rank
+            # the pool's one rank (0) is this job rank, also in the heading of a crash's stacks (pool._fatal_stack)
+            stacks = report.traceback.replace("stacks of rank 0 (pid", f"stacks of rank {rank} (pid", 1)
+            mine = rank_outcome(replace(report, rank=rank, traceback=stacks))
             prefix = dist.PrefixStore(f"conformance/check{i}/", store)
             prefix.set(f"outcome/{rank}", json.dumps(mine.to_json()))  # RankOutcome's wire form: data, never pickle
             if rank == 0:

@@ -35,4 +35,5 @@ def test_a_crashing_check_costs_that_check_only(tmp_path: Path) -> None:
     assert "rank 1 crashed: killed by signal SIGSEGV" in results["COLL-BARRIER-BLOCKS"]["detail"]
     crashed = next(r for r in results["COLL-BARRIER-BLOCKS"]["ranks"] if r["rank"] == 1)
     assert crashed["status"] == "crashed" and crashed["exitcode"] == -11
-    assert "barrier" in crashed["traceback"]  # the Python stack faulthandler wrote at the crash
+    # the Python stack faulthandler wrote at the crash, headed with the job's rank
+    assert crashed["traceback"].startswith("Python stacks of rank 1 (pid") and "barrier" in crashed["traceback"]
