@@ -55,7 +55,8 @@ EXPECTED: dict[str, list[tuple]] = {
         (24302, "0xc53b8f7f6ab0", 1, 2, "cuda:0", E11_HASH, None, {}, "IB"),
     ],
     # eight processes spliced mid-line: only ranks 2, 7 and 5 have a whole COMPLETE line (7 and 5 after another
-    # process's cut fragment); the COMPLETE lines of ranks 4, 3, 6, 0 and 1 are cut by splices
+    # process's cut fragment); the COMPLETE lines of ranks 4, 3, 6, 0 and 1 are cut by splices. (Rank 7's prefix
+    # follows "busId 53" with no space: its host reads "53gpu-dev-597b33eb"; where a splice ends cannot be told.)
     "e13_nccl2.29.7-2.30.3_torch_inference_8proc_spliced_lines.log": [
         (1797, "0x558cfd9a5110", 2, 8, "cuda:2", E13_HASH, None, {}, None),
         (1802, "0x557c7b4cc730", 7, 8, "cuda:7", E13_HASH, None, {}, None),
