@@ -6,16 +6,19 @@ torchrun, else ``cuda:<r>`` (one host, one GPU per rank). Ranks are spawned, and
 counts GPUs through NVML only (see conformance.gpu.devices). On torch 2.15 "nccl" builds
 ProcessGroupNCCL2, the torchcomms engine, unless TORCH_DIST_USE_NCCL2=0 (2.15.0
 distributed_c10d.py:961-985); the environment records which (``nccl_backend``) and, for
-ProcessGroupNCCL2, what the probe sees of it (``nccl_probe``, NCCL2_PROBE_NOTE): NCCL still
-writes its debug log, so communicators are seen; but ProcessGroupNCCL2 has no ``_comm_ptr``
-(2.15.0 torch/_C/_distributed_c10d.pyi:1186-1199), so none is tied to its process group
-(group and members stay None: checks that need them are not-observable), and its ops are
-recorded by c10d's FlightRecorderHook, which torch attaches to groups whose backend does not
-record itself (distributed_c10d.py:2893-2931, attached at :3200 and :7024) into a per-backend
-``c10::Event`` recorder (FlightRecorder.hpp:362-379, hooks/FlightRecorderHook.hpp:8-18)
-that ``_dump_fr_trace(backend=...)`` dumps, not ``_dump_nccl_trace``, which this probe reads:
-launches are not observed there. TORCH_NCCL_TRACE_BUFFER_SIZE still sizes that recorder when
-TORCH_FR_BUFFER_SIZE is unset (2000 when neither is, 0 turns it off: :2899-2907).
+ProcessGroupNCCL2, what the probe sees of it (``nccl_probe``, NCCL2_PROBE_NOTE). NCCL still writes
+its debug log, so communicators are seen, and ProcessGroupNCCL2 has ``_comm_ptr`` too (its one
+communicator, made in its constructor: the method's docstring in 2.15.0+cu132, read on CPU), so
+the group's is named. Its ops are not in ``_dump_nccl_trace``: torch attaches c10d's
+FlightRecorderHook to groups whose backend does not record itself (distributed_c10d.py:2893-2931,
+attached at :3200 and :7024), which records into the recorder of the backend's name, "nccl2"
+(nccl2/ProcessGroupNCCL.hpp:124, :143-145; FlightRecorder.hpp:362-379; dumped by
+``_dump_fr_trace(backend="nccl2")``). The hook fires per dispatcher op (hooks/FlightRecorderHook.hpp
+:41-44) and has no coalescing-block entry (Hooks.hpp:23-45), while ``_coalescing_manager`` brackets
+its ops with backend calls, not dispatcher ops (distributed_c10d.py:3774, :3826): a block of N ops
+would read as N launches. So launches are not observed on ProcessGroupNCCL2 (checks that need them
+are not-observable, saying which capability). TORCH_NCCL_TRACE_BUFFER_SIZE still sizes that
+recorder when TORCH_FR_BUFFER_SIZE is unset (2000 when neither is, 0 turns it off: :2899-2907).
 
 Warnings: ProcessGroupNCCL's lazy-P2P warning is read from the rank's stderr by the check
 (``warnings_on_stderr``, ``lazy_p2p_warning``), not by the probe.
@@ -75,9 +78,9 @@ _OPTION_FIELDS = ("cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 _NCCL_CONFIG_UNDEF_INT = -(2**31)  # NCCL_CONFIG_UNDEF_INT: a config field left unset
 FR_BUFFER_SIZE = "2000"
 NCCL2_PROBE_NOTE = (
-    "ProcessGroupNCCL2: communicators from NCCL's log without their process group (it has no _comm_ptr); "
-    "launches not observed (its FlightRecorderHook entries are in a per-backend recorder that "
-    "_dump_nccl_trace does not dump)")
+    "ProcessGroupNCCL2: communicators from NCCL's log, named through _comm_ptr; launches not observed: its ops "
+    "are recorded per dispatcher op by c10d's FlightRecorderHook into the 'nccl2' recorder, with no entry for "
+    "a coalescing block, so a block of N ops would read as N launches")
 PAIR_WAIT_S = 5.0  # how long a rank waits for the other member of a pair comm to publish itself
 _claims = itertools.count()  # numbers this process's claims of pair-comm slots (NcclProbe._publish)
 
@@ -376,7 +379,7 @@ class NcclTarget(Target):
     @property
     def observes(self) -> frozenset[str]:
         """Communicators and warnings always; launches where the flight recorder shows this target's ops
-        (ProcessGroupNCCL's: not ProcessGroupNCCL2's, see NCCL2_PROBE_NOTE)."""
+        (ProcessGroupNCCL's; not ProcessGroupNCCL2's, see NCCL2_PROBE_NOTE)."""
         launches = {"launch"} if (self.c10d_records_launches and flight_recorder_usable()
                                   and not nccl_is_torchcomms_engine()) else set()
         return frozenset({"comm_created", "warning", *launches})

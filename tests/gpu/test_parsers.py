@@ -287,3 +287,18 @@ def test_flight_recorder_knows_every_name_torch_analyser_lists():
     # this torch's list; "split" and "new_window" are recorded but are no launch
     unmapped = {n for n in (types.COLLECTIVES | types.P2P) - {"split", "new_window"} if n not in flight_recorder._OPS}
     assert not unmapped, f"recorded op names the reader keeps raw: {sorted(unmapped)}"
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_nccl_target_does_not_claim_launches_on_processgroupnccl2(monkeypatch, engine):
+    # ProcessGroupNCCL2 (2.15's "nccl") records its ops through c10d's FlightRecorderHook, per dispatcher op and
+    # with no coalescing-block entry: the probe does not read them (conformance/targets/nccl.py module doc)
+    from conformance.targets import nccl
+
+    monkeypatch.setattr(nccl, "nccl_is_torchcomms_engine", lambda: engine)
+    monkeypatch.setattr(nccl, "flight_recorder_usable", lambda: True)
+    target = nccl.NcclTarget()
+    assert ("launch" in target.observes) is not engine
+    env = target.environment()
+    assert env["nccl_backend"] == ("ProcessGroupNCCL2" if engine else "ProcessGroupNCCL")
+    assert env.get("nccl_probe") == (nccl.NCCL2_PROBE_NOTE if engine else None)
