@@ -19,6 +19,17 @@ class Verdict(enum.StrEnum):
         """The mark a Markdown report puts before the verdict."""
         return {"conformant": "✅", "conformant-with-waivers": "🛈", "non-conformant": "❌", "incomplete": "⏸"}[self]
 
+    @property
+    def meaning(self) -> str:
+        """What the verdict claims, as a report's summary says it."""
+        return {
+            "conformant": "every backend MUST requirement that was judged passed",
+            "conformant-with-waivers": "no backend MUST requirement failed except known defects waived by the "
+                                       "target's expectation file",
+            "non-conformant": "at least one backend MUST requirement failed or errored (see Failures)",
+            "incomplete": "the run was interrupted, or no backend MUST requirement could be judged: no claim is made",
+        }[self]
+
 
 class ExitCode(enum.IntEnum):
     """What ``python -m conformance`` exits with."""
