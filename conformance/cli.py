@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import enum
 import shlex
 import sys
 import textwrap
@@ -18,7 +17,7 @@ from rich.table import Table
 from conformance import framework, inputs, interrupts
 from conformance.import_probe import probe_import
 from conformance.outcomes import Outcome
-from conformance.report import Result, Verdict, with_invocation, write_report
+from conformance.report import Result, with_invocation, write_report
 from conformance.report.markdown import WHY
 from conformance.session import (
     Selection,
@@ -30,25 +29,11 @@ from conformance.session import (
 )
 from conformance.spec import SpecError
 from conformance.targets import make_target
+from conformance.verdict import ExitCode
 
 SYMBOLS = {Outcome.PASS: "[green]pass[/]", Outcome.FAIL: "[red]FAIL[/]", Outcome.ERROR: "[red]ERROR[/]",
            Outcome.SKIP: "[dim]skip[/]", Outcome.NOT_OBSERVABLE: "[yellow]n/o[/]", Outcome.WAIVED: "[cyan]waived[/]"}
 
-
-class ExitCode(enum.IntEnum):
-    """What ``python -m conformance`` exits with."""
-
-    OK = 0  # conformant, conformant-with-waivers, or a command with nothing to judge
-    NON_CONFORMANT = 1  # a MUST failed (or, for `defects`, a target of the matrix was missed)
-    BAD_INPUT = 2  # refused before anything ran
-    INCOMPLETE = 3  # interrupted, or no MUST could be judged
-    STALE_WAIVER = 4  # --strict-waivers found a waiver whose requirement now passes
-
-    @classmethod
-    def for_verdict(cls, verdict: str) -> ExitCode:
-        """The exit code of a report's verdict."""
-        return {Verdict.CONFORMANT: cls.OK, Verdict.CONFORMANT_WITH_WAIVERS: cls.OK,
-                Verdict.INCOMPLETE: cls.INCOMPLETE}.get(verdict, cls.NON_CONFORMANT)
 
 console = Console(stderr=True, highlight=False)
 

@@ -16,8 +16,12 @@ p2p nor given a fresh collective_seq_id, so the kind of a block is taken from it
 member. A ``*_coalesced`` entry (the tensor-list fast path) is one launch with ``ops`` = its
 number of input tensors. Any other entry is one launch of one op.
 
-What it cannot see: which NCCL communicator ran the op (the recorder keys entries by
-process group, so ``comm`` is the process group name and a P2P pair communicator is not
+How the communicator is named: as every launch source names it (conformance.probes.launches,
+and the NCCL probe, which reads these): ``group`` is the torch process group's name
+(``group_name``, what the entry's ``process_group[0]`` is), and ``comm`` is the finest identity
+the source knows; here that is the same name, since the recorder keys entries by process group.
+
+What it cannot see: which NCCL communicator ran the op (a P2P pair communicator is not
 told apart from the group's own), the stream, and entries the ring buffer
 (TORCH_FR_BUFFER_SIZE) has already overwritten. Gloo records a coalesced block as one
 plain entry with several input sizes and no marker, so it reads as one non-coalesced op.
@@ -31,23 +35,55 @@ from typing import Any
 
 from conformance.probe import Event
 
-# Recorder op names (after the "<backend>:" prefix) -> the probe's op names.
+# Recorder op names (after the "<backend>:" prefix) -> the probe's op names (those of
+# conformance.probes.launches.PY_METHODS). The names ProcessGroupNCCL and c10d's FlightRecorderHook
+# record: torch's own analyser lists them (torch/distributed/flight_recorder/components/types.py,
+# COLLECTIVES and P2P: v2.13.0 :206-237, v2.15.0 :202-243, which adds "allgather_coalesced"), and
+# v2.15.0's libtorch_cuda.so holds the "nccl:" titles of ProcessGroupNCCL (strings: _all_gather_base,
+# _broadcast_oop, _reduce_oop, _reduce_scatter_base, all_gather, all_gather_into_tensor_coalesced,
+# all_reduce, all_reduce_barrier, all_to_all, allreduce_coalesced, broadcast, coalesced, gather,
+# gather_single, recv, reduce, reduce_scatter, reduce_scatter_tensor_coalesced, scatter, send).
+# ProcessGroupNCCL runs barrier as an all_reduce titled "all_reduce_barrier": it is a barrier launch.
 _OPS = {
     "all_reduce": "allreduce",
     "allreduce": "allreduce",
     "allreduce_coalesced": "allreduce",
     "all_gather": "allgather",
     "allgather": "allgather",
-    "_allgather_base": "allgather_into_tensor",
-    "all_gather_into_tensor": "allgather_into_tensor",
-    "all_gather_into_tensor_coalesced": "allgather_into_tensor",
+    "all_gather_single": "allgather",
+    "all_gather_v": "allgather",
+    "_all_gather_base": "allgather",
+    "_allgather_base": "allgather",
+    "all_gather_into_tensor": "allgather",
+    "all_gather_into_tensor_coalesced": "allgather",
+    "allgather_coalesced": "allgather",
+    "ALLGATHER_coalesced": "allgather",
     "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter_tensor",
-    "reduce_scatter_tensor": "reduce_scatter_tensor",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "reduce_scatter_single": "reduce_scatter",
+    "reduce_scatter_v": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "REDUCE_SCATTER_coalesced": "reduce_scatter",
     "all_to_all": "alltoall",
     "all_to_all_base": "alltoall",
+    "all_to_all_single": "alltoall",
+    "all_to_all_v_single": "alltoall",
+    "broadcast": "broadcast",
+    "_broadcast_oop": "broadcast",
+    "reduce": "reduce",
+    "_reduce_oop": "reduce",
+    "gather": "gather",
+    "gather_single": "gather",
+    "scatter": "scatter",
+    "all_reduce_barrier": "barrier",
+    "barrier": "barrier",
+    "send": "send",
+    "recv": "recv",
 }
+# Recorded entries that are no launch: a communicator split and a window registration (c10d's
+# FlightRecorderHook records them among the collectives, types.py COLLECTIVES above).
+_NOT_LAUNCHES = frozenset({"split", "new_window"})
 
 
 def load_dump(data: bytes | str | dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +105,7 @@ def _split_name(profiling_name: str) -> tuple[str | None, str]:
 
 
 def _op(raw: str) -> str:
+    """The probe's name of a recorded op; a name not in ``_OPS`` (a newer torch's) is kept as recorded."""
     return _OPS.get(raw, raw)
 
 
@@ -132,6 +169,7 @@ def _launch(entry: dict[str, Any], op: str, ops: int, coalesced: bool, backend: 
     return {
         "kind": "launch",
         "comm": name,
+        "group": name,
         "group_desc": desc,
         "op": op,
         "ops": ops,
@@ -163,6 +201,8 @@ def launch_events(dump: dict[str, Any], after_record_id: int = -1) -> list[Event
         if i in member_of or (isinstance(record_id, int) and record_id <= after_record_id):
             continue
         backend, raw = _split_name(entry["profiling_name"])
+        if raw in _NOT_LAUNCHES:
+            continue
         if raw == "coalesced":
             names = [entries[j]["profiling_name"] for j in sorted(member_of) if member_of[j] == i]
             members = [_op(_split_name(n)[1]) for n in names]

@@ -1,40 +1,55 @@
 """Parse an NCCL debug log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS including INIT and ENV).
 
-What it reads (formats of NCCL's src/init.cc and src/debug.cc, 2.18 to 2.30):
+What it reads (formats of NCCL's src/init.cc and src/debug.cc, 2.7 to 2.31):
 
-- the line prefix ``host:pid:tid [cudaDev] NCCL INFO <message>``, with or without the
-  optional timestamp NCCL_DEBUG_TIMESTAMP_FORMAT puts in front;
-- ``[<fn>] comm 0x.. rank R nranks N cudaDev D [nvmlDev V] busId B [parent 0x..]
-  [splitCount|childCount C] [color X key K] [commId 0x..] - Init START|COMPLETE``:
-  one ``comm_created`` event per ``Init COMPLETE`` (a communicator that finished init);
-- ``Comm config <Field> set to <value>`` (NCCL_ENV, logged by parseCommConfig for each
-  field the caller set, before that communicator's ``Init START``) and
-  ``Comm config <field> reset to NCCL_<VAR>=<value>`` (an environment override);
-  both are attached to the next communicator that starts init in the file;
-- ``Using network <name>``: the network plugin of a communicator. NCCL logs it in
-  commAlloc, before that communicator's ``Init START`` (NCCL 2.30.7 src/init.cc:486 in
-  commAlloc, called at :1882/:1908 before the START lines at :1886/:1912; 2.28.9
-  :428, :1559-1574), from the thread that then logs the START line; it is attached to the
-  next ``Init START`` of the same thread.
+- the line prefix ``host:pid:tid [cudaDev] NCCL INFO <message>``, with or without the optional
+  timestamp NCCL_DEBUG_TIMESTAMP_FORMAT puts in front or a launcher's own prefix (Ray's
+  ``(RayWorkerWrapper pid=…)``). Where several processes' output was pasted into one stream and
+  lines were spliced mid-line, the last prefix of a line is the one its tail belongs to;
+- ``[[Rank R] ][<fn>] comm 0x.. rank R nranks N cudaDev D [nvmlDev V] busId B [parent 0x..]
+  [splitCount|childCount C] [color X key K][ commId 0x..][ ]- Init START|COMPLETE``: one
+  ``comm_created`` event per ``Init COMPLETE`` (a communicator that finished init). ``nvmlDev`` is
+  there from 2.18 (v2.18.3 src/init.cc:1356); a split line carries a real ``commId`` hash in 2.21 and
+  2.22 (the hash of "<parent hash>-<color>", v2.21.5 src/init.cc:1529, :1541) and none from 2.24;
+  lines before 2.10 carry neither (issue 629's 2.7/2.8 lines);
+- ``Comm config <Field> set to <value>`` (NCCL_ENV, logged by parseCommConfig for each field the
+  caller set) and ``Comm config <field> reset to NCCL_<VAR>=<value>`` (an environment override);
+- ``Using network <name>``: the network plugin of a communicator.
 
-What it cannot see: fields the caller left unset (NCCL logs only those it was given), the
-global ranks of a communicator (NCCL logs rank and nranks only), which torch process group
-owns it, and config of a split child created with config NULL (copied from the parent
-without logging). With several communicators initialising concurrently in one process the
-attribution of config lines is by order in the file and can be wrong. Lines that do not
-match (channels, rings, trees, truncated writes) are skipped.
+How lines are tied to their communicator. NCCL logs config lines on the caller's thread (inside
+ncclCommInitRankConfig / ncclCommSplit, v2.30.7 src/init.cc:2512, :3130) and the START line on the
+thread that runs the init job (ncclAsyncLaunch inside a group, :2544, :2667-2679); the config line
+names no communicator, commId or pointer (:1969-1975). What they share is the process and the
+device: the prefix's ``[cudaDev]`` is the logging thread's current device, and the caller runs under
+the communicator's device (the split sets it first, :3100-3160; torch calls init under a device
+guard). So config lines are kept per process, grouped into one batch per call (a batch ends when
+its thread logs a field it already logged the same way: one call logs each field at most once), and
+a START takes the oldest batch of its process logged on its own device (else the oldest of its
+process). ``Using network`` is logged in commAlloc on the thread that then logs START, before it
+(2.18 to 2.30.7 src/init.cc:486; the dev branch for 2.31.0, commit 86fa684d, :489 in commAlloc,
+called at :1879/:1905 before the START lines at :1882/:1909); it is attached to the next START of
+its thread, or, should a version log it after START, to the open communicator of its thread that
+has none.
+
+What it cannot see: fields the caller left unset (NCCL logs only those it was given), the global
+ranks of a communicator (NCCL logs rank and nranks only), which torch process group owns it, config
+of a split child created with config NULL (copied from the parent without logging), and which of two
+inits overlapping on one device of one process a config batch belongs to (taken in order). Lines that
+do not match (channels, rings, trees, truncated writes) are skipped: an init line cut by a splice is
+lost, as the continuation on a later line cannot be told apart from the other processes' ones.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conformance.probe import Event
 
-_PREFIX = re.compile(r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>-?\d+)\] NCCL INFO (?P<msg>.*)$")
+_HEAD = re.compile(r"(?P<host>[^\s:()]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>-?\d+)\] NCCL INFO ")
 _PTR = r"0x[0-9a-fA-F]+|\(nil\)"
 _INIT = re.compile(
     rf"(?:(?P<fn>nccl\w+) )?comm (?P<comm>{_PTR}) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
@@ -82,33 +97,81 @@ def _ptr(text: str | None) -> str | None:
     return None if text in (None, "(nil)") else text.lower()
 
 
+@dataclass
+class _Batch:
+    """The config lines one init call logged: its thread, its device, the fields (and how each was logged)."""
+
+    tid: int
+    dev: int
+    config: dict[str, Any] = field(default_factory=dict)
+    logged: set[tuple[str, str]] = field(default_factory=set)
+    taken: bool = False
+
+
+@dataclass
+class _Process:
+    """What is pending in one process between lines."""
+
+    batches: list[_Batch] = field(default_factory=list)
+    network: dict[int, str] = field(default_factory=dict)  # by tid, logged before that thread's START
+    started: dict[str, dict[str, Any]] = field(default_factory=dict)  # by comm pointer
+    no_network: dict[int, str] = field(default_factory=dict)  # tid -> its open comm that logged no network
+
+    def config(self, tid: int, dev: int, how: str, name: str, value: Any) -> None:
+        mine = [b for b in self.batches if b.tid == tid and not b.taken]
+        batch = mine[-1] if mine and (how, name) not in mine[-1].logged else None
+        if batch is None:
+            batch = _Batch(tid, dev)
+            self.batches.append(batch)
+        batch.config[name] = value
+        batch.logged.add((how, name))
+
+    def take_config(self, dev: int) -> dict[str, Any]:
+        waiting = [b for b in self.batches if not b.taken]
+        batch = next((b for b in waiting if b.dev == dev), waiting[0] if waiting else None)
+        if batch is None:
+            return {}
+        batch.taken = True
+        self.batches = [b for b in self.batches if not b.taken]
+        return batch.config
+
+    def using_network(self, tid: int, name: str) -> None:
+        comm = self.no_network.pop(tid, None)
+        if comm in self.started:
+            self.started[comm]["network"] = name
+        else:
+            self.network[tid] = name
+
+
 class _State:
-    """What is pending between lines: config for the next init, comms started but not complete."""
+    """Pending state per process (host, pid), and the events made so far."""
 
     def __init__(self) -> None:
-        self.pending_config: dict[str, Any] = {}
-        self.pending_network: dict[tuple[str, int, int], str] = {}
-        self.started: dict[str, dict[str, Any]] = {}
+        self.processes: dict[tuple[str, int], _Process] = {}
         self.events: list[Event] = []
 
-    def feed(self, msg: str, host: str, pid: int, tid: int) -> None:
-        if (m := _CONFIG_SET.match(msg)) or (m := _CONFIG_RESET.match(msg)):
-            self.pending_config[_field(m["field"])] = _value(m["value"])
+    def feed(self, msg: str, host: str, pid: int, tid: int, dev: int) -> None:
+        proc = self.processes.setdefault((host, pid), _Process())
+        if m := _CONFIG_SET.match(msg):
+            proc.config(tid, dev, "set", _field(m["field"]), _value(m["value"]))
+        elif m := _CONFIG_RESET.match(msg):
+            proc.config(tid, dev, "reset", _field(m["field"]), _value(m["value"]))
         elif m := _NETWORK.match(msg):
-            self.pending_network[(host, pid, tid)] = m["name"]
+            proc.using_network(tid, m["name"])
         elif m := _INIT.search(msg):
-            self._init(m, host, pid, tid)
+            self._init(proc, m, host, pid, tid)
 
-    def _init(self, m: re.Match[str], host: str, pid: int, tid: int) -> None:
+    def _init(self, proc: _Process, m: re.Match[str], host: str, pid: int, tid: int) -> None:
         comm = _ptr(m["comm"])
         if comm is None:
             return
         if m["phase"] == "START":
-            network = self.pending_network.pop((host, pid, tid), None)
-            self.started[comm] = {"config": self.pending_config, "network": network}
-            self.pending_config = {}
+            network = proc.network.pop(tid, None)
+            proc.started[comm] = {"config": proc.take_config(int(m["cuda"])), "network": network}
+            if network is None:
+                proc.no_network[tid] = comm
             return
-        begun = self.started.pop(comm, {"config": {}, "network": None})
+        begun = proc.started.pop(comm, {"config": {}, "network": None})
         parent = _ptr(m["parent"])
         self.events.append({
             "kind": "comm_created",
@@ -128,6 +191,7 @@ class _State:
             "network": begun["network"],
             "host": host,
             "pid": pid,
+            "tid": tid,
         })
 
 
@@ -153,9 +217,10 @@ def parse_nccl_log(lines: Iterable[str]) -> list[Event]:
     """``comm_created`` events (see the module docstring) from NCCL debug log lines, in order."""
     state = _State()
     for line in lines:
-        m = _PREFIX.search(line.rstrip("\n"))
-        if m:
-            state.feed(m["msg"], m["host"], int(m["pid"]), int(m["tid"]))
+        heads = list(_HEAD.finditer(line.rstrip("\n")))
+        if heads:
+            head = heads[-1]
+            state.feed(head.string[head.end():], head["host"], int(head["pid"]), int(head["tid"]), int(head["dev"]))
     return state.events
 
 

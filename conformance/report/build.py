@@ -17,18 +17,10 @@ from conformance.outcomes import Outcome
 from conformance.report.model import Result
 from conformance.spec import load_catalog
 from conformance.targets.base import CAPABILITIES
+from conformance.verdict import Verdict
 
 SCHEMA_ID = "conformance-report/1"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
-
-
-class Verdict:
-    """The certification verdicts, strongest claim first."""
-
-    CONFORMANT = "conformant"
-    CONFORMANT_WITH_WAIVERS = "conformant-with-waivers"
-    NON_CONFORMANT = "non-conformant"
-    INCOMPLETE = "incomplete"
 
 
 @cache

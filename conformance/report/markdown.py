@@ -13,6 +13,7 @@ from conformance.outcomes import Outcome
 from conformance.report.build import NOT_DECLARED, NOT_OBSERVABLE, NOT_RUN
 from conformance.report.details import rank_span
 from conformance.spec import load_catalog
+from conformance.verdict import Verdict
 
 SYMBOLS: dict[Outcome, str] = {
     Outcome.PASS: "✅ pass",
@@ -21,19 +22,6 @@ SYMBOLS: dict[Outcome, str] = {
     Outcome.SKIP: "⏭ skip",
     Outcome.NOT_OBSERVABLE: "👁 n/o",
     Outcome.WAIVED: "🛈 waived",
-}
-VERDICT_SYMBOLS: dict[str, str] = {
-    "conformant": "✅",
-    "conformant-with-waivers": "🛈",
-    "non-conformant": "❌",
-    "incomplete": "⏸",
-}
-VERDICT_MEANING: dict[str, str] = {
-    "conformant": "every backend MUST requirement that was judged passed",
-    "conformant-with-waivers": "no backend MUST requirement failed except known defects waived by the target's "
-                               "expectation file",
-    "non-conformant": "at least one backend MUST requirement failed or errored (see Failures)",
-    "incomplete": "the run was interrupted, or no backend MUST requirement could be judged: no claim is made",
 }
 WHY: dict[str, str] = {
     NOT_DECLARED: "capability lacking (not declared)",
@@ -92,7 +80,7 @@ def reproduce(report: dict[str, Any], requirement: str, world_size: int) -> str:
 def _summary(report: dict[str, Any], kinds: dict[str, str]) -> list[str]:
     summary, env = report["summary"], report["environment"]
     verdict = report["verdict"]
-    lines = ["## Summary", "", f"**Verdict: {verdict}**: {VERDICT_MEANING.get(verdict, '')}."]
+    lines = ["## Summary", "", f"**Verdict: {verdict}**: {Verdict(verdict).meaning}."]
     if report["interrupted"]:
         lines[-1] += " **The run was interrupted; results are partial.**"
     lines.append("")
@@ -266,7 +254,7 @@ def render_markdown(report: dict[str, Any], statements: dict[str, str] | None = 
     """The Markdown page for ``report``; ``statements`` maps requirement ids to short statements."""
     verdict = report["verdict"]
     kind = "Certification" if "declared_capabilities" in (report.get("invocation") or {}) else "Conformance"
-    title = f"# {kind} report: {report['target']} — {VERDICT_SYMBOLS.get(verdict, '')} {verdict}"
+    title = f"# {kind} report: {report['target']} — {Verdict(verdict).symbol} {verdict}"
     kinds = _kinds()
     lines = [
         title,

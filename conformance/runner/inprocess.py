@@ -1,20 +1,30 @@
-"""The torchrun launcher: every process is one rank and runs the checks in-process.
+"""The torchrun launcher: every torchrun process is one rank and supervises that rank's checks.
 
 Used on GPU hosts (one rank per GPU, multi-node through torchrun's rendezvous):
 
     torchrun --nproc-per-node 8 -m conformance run --target nccl --launcher env --world-sizes 8
 
-Each rank joins the job through ``env://`` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and the
-agent's store when torchrun provides one), runs every selected check with a fresh store prefix,
-and sends its rank outcome to rank 0, which aggregates and writes the report. There is no pool to
-rebuild here: a rank that crashes ends the job (torchrun reports it), and a hang is bounded by the
-store timeout.
+Each torchrun process joins the job through ``env://`` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+and the agent's store when torchrun provides one) and stays a supervisor: it never runs a check
+itself, so it never touches CUDA and never dies of one. Each check runs in this rank's child
+process, a one-rank ``RankPool`` (runner/pool.py: spawned for GPU targets, forked otherwise) that
+connects to the job's store at MASTER_ADDR:MASTER_PORT and runs ``run_check`` as job rank RANK of
+WORLD_SIZE, under a store prefix fresh for the check. A child that crashes (a segfault, NCCL's
+watchdog aborting the process), hangs past the check's timeout or raises costs that check only:
+the pool reports how it ended ("rank 1 crashed: killed by signal SIGSEGV", with the Python stack
+faulthandler wrote) and starts a new child for the next check, while torchrun, which tears the job
+down when one of its own processes exits, sees none exit. A child whose peer crashed fails or waits
+out the check's timeout on its own (gloo sees the closed connection; NCCL waits): that is its outcome.
+
+Each supervisor sends its rank's outcome of each check to rank 0 through the job's store; rank 0
+aggregates and writes the report.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -22,8 +32,13 @@ import torch.distributed as dist
 
 from conformance.report.model import RankOutcome, Result
 from conformance.runner.execute import run_check
-from conformance.runner.orchestrate import aggregate, case_result, precheck
+from conformance.runner.orchestrate import POOL_GRACE_S, aggregate, case_result, precheck, rank_outcome
+from conformance.runner.pool import GPU_START_METHOD, PoolSet
 from conformance.spec import Requirement
+from conformance.targets import make_target
+
+TASK = "conformance.runner.inprocess:run_rank"
+_clients: dict[tuple[str, int], dist.TCPStore] = {}
 
 
 def join(timeout_s: float) -> tuple[dist.Store, int, int]:
@@ -36,25 +51,61 @@ def join(timeout_s: float) -> tuple[dist.Store, int, int]:
     return store, rank, world_size
 
 
+def run_rank(rank: int, world_size: int, store: dist.Store, *, job_rank: int, job_world_size: int, host: str,
+             port: int, prefix: str, **check: Any) -> dict[str, Any]:
+    """The pool task: run one check as rank ``job_rank`` of the torchrun job, over the job's store.
+
+    ``rank``, ``world_size`` and ``store`` are the one-rank pool's own and are not used; the connection to
+    the job's store is made once per child process.
+    """
+    client = _clients.get((host, port))
+    if client is None:
+        client = _clients[(host, port)] = dist.TCPStore(host, port, is_master=False, wait_for_workers=False,
+                                                        timeout=timedelta(seconds=max(check["timeout_s"], 300.0)))
+    return run_check(job_rank, job_world_size, dist.PrefixStore(prefix, client), **check)
+
+
 def run_requirements(requirements: list[Requirement], target: str, target_options: dict[str, Any] | None,
                      timeout_s: float) -> list[Result] | None:
-    """Run every requirement on this rank; rank 0 returns the aggregated results, others None."""
+    """Run every requirement, each in this rank's child; rank 0 returns the aggregated results, others None."""
     store, rank, world_size = join(max(timeout_s, 300.0))
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    described = make_target(target, target_options)
+    start_method = GPU_START_METHOD if described.gpu else None
+    pools = PoolSet()
     results: list[Result] = []
-    for i, req in enumerate(requirements):
-        decided = precheck(req, target, target_options, world_size)
-        if decided is not None:
+    try:
+        for i, req in enumerate(requirements):
+            decided = precheck(req, target, target_options, world_size)
+            if decided is not None:
+                if rank == 0:
+                    results.append(case_result(req, target, world_size, *decided, 0.0))
+                continue
+            # as runner/orchestrate.run_case: checks a target names get a child of their own
+            isolated = req.id in described.fresh_process_checks
+            pool = pools.fresh(1, start_method) if isolated else pools.get(1, start_method)
+            pool.on_kill(target, described.cleanup)
+            try:
+                (report,) = pool.run(TASK, {
+                    "job_rank": rank, "job_world_size": world_size, "host": host, "port": port,
+                    "prefix": f"conformance/attempt{attempt}/check{i}/run/", "requirement_id": req.id,
+                    "target_name": target, "target_options": target_options, "timeout_s": timeout_s,
+                }, timeout_s + POOL_GRACE_S)
+            finally:
+                if isolated:
+                    pool.close()
+            # the pool's one rank (0) is this job rank, also in the heading of a crash's stacks (pool._fatal_stack)
+            stacks = report.traceback.replace("stacks of rank 0 (pid", f"stacks of rank {rank} (pid", 1)
+            mine = rank_outcome(replace(report, rank=rank, traceback=stacks))
+            prefix = dist.PrefixStore(f"conformance/check{i}/", store)
+            prefix.set(f"outcome/{rank}", json.dumps(mine.to_json()))  # RankOutcome's wire form: data, never pickle
             if rank == 0:
-                results.append(case_result(req, target, world_size, *decided, 0.0))
-            continue
-        prefix = dist.PrefixStore(f"conformance/check{i}/", store)
-        value = run_check(rank, world_size, dist.PrefixStore("run/", prefix), req.id, target, target_options,
-                          timeout_s)
-        prefix.set(f"outcome/{rank}", json.dumps(value))  # RankOutcome's wire form: data only, never pickle
-        if rank == 0:
-            keys = [f"outcome/{r}" for r in range(world_size)]
-            prefix.wait(keys)
-            ranks = [RankOutcome.from_json(json.loads(prefix.get(k))) for k in keys]
-            results.append(case_result(req, target, world_size, *aggregate(ranks),
-                                       max(r.duration_s or 0.0 for r in ranks), ranks))
+                keys = [f"outcome/{r}" for r in range(world_size)]
+                prefix.wait(keys)
+                ranks = [RankOutcome.from_json(json.loads(prefix.get(k))) for k in keys]
+                results.append(case_result(req, target, world_size, *aggregate(ranks),
+                                           max(r.duration_s or 0.0 for r in ranks), ranks))
+    finally:
+        pools.close()
     return results if rank == 0 else None

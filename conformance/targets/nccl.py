@@ -4,9 +4,21 @@ A world is ``cpu:gloo,cuda:nccl`` (or ``spec.backend``); eager mode binds the ra
 device (``device_id``), lazy mode does not. Rank r uses ``cuda:<LOCAL_RANK>`` under
 torchrun, else ``cuda:<r>`` (one host, one GPU per rank). Ranks are spawned, and the parent
 counts GPUs through NVML only (see conformance.gpu.devices). On torch 2.15 "nccl" builds
-ProcessGroupNCCL2, the torchcomms engine, unless TORCH_DIST_USE_NCCL2=0; the environment
-records which (``nccl_backend``), and this probe's reading of ProcessGroupNCCL internals
-(``_comm_ptr``, ``options.config``, the flight recorder) is unverified there.
+ProcessGroupNCCL2, the torchcomms engine, unless TORCH_DIST_USE_NCCL2=0 (2.15.0
+distributed_c10d.py:961-985); the environment records which (``nccl_backend``) and, for
+ProcessGroupNCCL2, what the probe sees of it (``nccl_probe``, NCCL2_PROBE_NOTE). NCCL still writes
+its debug log, so communicators are seen, and ProcessGroupNCCL2 has ``_comm_ptr`` too (its one
+communicator, made in its constructor: the method's docstring in 2.15.0+cu132, read on CPU), so
+the group's is named. Its ops are not in ``_dump_nccl_trace``: torch attaches c10d's
+FlightRecorderHook to groups whose backend does not record itself (distributed_c10d.py:2893-2931,
+attached at :3200 and :7024), which records into the recorder of the backend's name, "nccl2"
+(nccl2/ProcessGroupNCCL.hpp:124, :143-145; FlightRecorder.hpp:362-379; dumped by
+``_dump_fr_trace(backend="nccl2")``). The hook fires per dispatcher op (hooks/FlightRecorderHook.hpp
+:41-44) and has no coalescing-block entry (Hooks.hpp:23-45), while ``_coalescing_manager`` brackets
+its ops with backend calls, not dispatcher ops (distributed_c10d.py:3774, :3826): a block of N ops
+would read as N launches. So launches are not observed on ProcessGroupNCCL2 (checks that need them
+are not-observable, saying which capability). TORCH_NCCL_TRACE_BUFFER_SIZE still sizes that
+recorder when TORCH_FR_BUFFER_SIZE is unset (2000 when neither is, 0 turns it off: :2899-2907).
 
 Warnings: ProcessGroupNCCL's lazy-P2P warning is read from the rank's stderr by the check
 (``warnings_on_stderr``, ``lazy_p2p_warning``), not by the probe.
@@ -23,12 +35,16 @@ The probe (``NcclProbe``) sees:
   given: torch connects eagerly, 2.13 distributed_c10d.py:2333-2335, 2.15.0 :3206), "lazy"
   for a live group's communicator made later, "p2p" for a later 2-rank communicator no
   group owns (ProcessGroupNCCL's per-pair communicator under lazy init); the members of a
-  "p2p" one come from the run's store, where each member publishes itself under the
-  commId NCCL logs identically on both (NCCL 2.30.7 src/init.cc:1901-1902, 1945).
+  "p2p" one come from the run's store, where each member claims the slot of its rank in the
+  comm under the commId NCCL logs identically on both (NCCL 2.30.7 src/init.cc:1901-1902,
+  1945), in the first generation where it is free (a commId can be reused, see _publish).
   Communicators of destroyed groups keep group and members None.
 - ``launch``: from the torch flight recorder (TORCH_FR_BUFFER_SIZE), when this torch
-  build can dump it. ``comm`` is the process group name, not the NCCL communicator, and
-  there is no stream (see conformance.gpu.flight_recorder).
+  build can dump it. ``group`` is the process group's name, as every launch source names it,
+  and so is ``comm``: the recorder does not say which NCCL communicator ran the op; there is
+  no stream (see conformance.gpu.flight_recorder). A check matches a launch to a
+  communicator by ``group`` (the ``comm_created`` event of a live group's communicator
+  carries that group's name).
 
 It cannot see: communicators created before setup() or in a process where NCCL read its
 debug environment earlier (NCCL reads it once per process, at its first call), destroyed
@@ -40,9 +56,11 @@ A NCCL_DEBUG_FILE the user set is kept; its %h/%p/%% are expanded as NCCL does.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -59,7 +77,12 @@ from conformance.targets.base import Driver, Parts, Target, Traits, WorldSpec
 _OPTION_FIELDS = ("cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 _NCCL_CONFIG_UNDEF_INT = -(2**31)  # NCCL_CONFIG_UNDEF_INT: a config field left unset
 FR_BUFFER_SIZE = "2000"
+NCCL2_PROBE_NOTE = (
+    "ProcessGroupNCCL2: communicators from NCCL's log, named through _comm_ptr; launches not observed: its ops "
+    "are recorded per dispatcher op by c10d's FlightRecorderHook into the 'nccl2' recorder, with no entry for "
+    "a coalescing block, so a block of N ops would read as N launches")
 PAIR_WAIT_S = 5.0  # how long a rank waits for the other member of a pair comm to publish itself
+_claims = itertools.count()  # numbers this process's claims of pair-comm slots (NcclProbe._publish)
 
 
 def local_rank(rank: int) -> int:
@@ -108,22 +131,30 @@ def _comm_groups() -> dict[str, tuple[str, list[int]]]:
 
 
 class NcclProbe:
-    """Comm creation from the rank's NCCL log, launches from the flight recorder (see module doc)."""
+    """Comm creation from the rank's NCCL log, launches from the flight recorder (see module doc).
 
-    def __init__(self, log_path: Path, with_launches: bool) -> None:
-        self.observes = frozenset({"comm_created", "launch"} if with_launches else {"comm_created"})
+    ``dump`` returns the flight recorder's dump (None: launches are not observed) and ``groups`` the live
+    process groups by communicator pointer; the driver passes this process's own (``_dump``,
+    ``_comm_groups``), a test a recorded run's.
+    """
+
+    def __init__(self, log_path: Path, dump: Callable[[], dict[str, Any]] | None = None,
+                 groups: Callable[[], dict[str, tuple[str, list[int]]]] | None = None) -> None:
+        self.observes = frozenset({"comm_created", "launch"} if dump is not None else {"comm_created"})
         self._log_path = log_path
         self._log_offset = log_path.stat().st_size if log_path.exists() else 0
-        self._with_launches = with_launches
-        self._last_record = self._latest_record() if with_launches else -1
+        self._dump = dump
+        self._groups = groups or _comm_groups
+        self._last_record = self._latest_record() if dump is not None else -1
         self._comms_seen = 0
         self._events: list[Event] = []
         self._store: dist.Store | None = None
         self._rank = -1
-        self._unresolved: list[Event] = []
+        self._unresolved: list[tuple[Event, int]] = []
 
     def _latest_record(self) -> int:
-        ids = [e.get("record_id", -1) for e in _dump().get("entries", [])]
+        assert self._dump is not None
+        ids = [e.get("record_id", -1) for e in self._dump().get("entries", [])]
         return max([i for i in ids if isinstance(i, int)], default=-1)
 
     def world_initialised(self, store: dist.Store, rank: int) -> None:
@@ -149,30 +180,42 @@ class NcclProbe:
         return None
 
     def _publish(self, event: Event) -> None:
-        """Put (commId, this rank) in the store under the comm's commId, one numbered slot per member."""
-        key = f"nccl-probe/{event['comm_hash']}"
-        slot = self._store.add(f"{key}/joined", 1)
-        self._store.set(f"{key}/{slot}", str(self._rank))
-        self._unresolved.append(event)
+        """Claim this rank's slot (its rank in the comm) under the comm's commId in the store.
+
+        A commId can come back: a communicator made after one was destroyed may reuse it (e07 in
+        tests/gpu/samples/real: rank 1's re-init logs commId 0x56bea185a98d5193 again). So the slots of
+        one commId come in generations: a member claims its slot in the first generation where that slot
+        is free, and the k-th comm to use the commId fills generation k, whatever else each member saw.
+        """
+        assert self._store is not None
+        mine = f"{self._rank} {os.getpid()} {next(_claims)}"  # unique to this claim: a rank may claim again
+        generation = 1
+        while self._store.compare_set(self._slot(event, generation, event["rank"]), "", mine).decode() != mine:
+            generation += 1
+        self._unresolved.append((event, generation))
+
+    @staticmethod
+    def _slot(event: Event, generation: int, rank_in_comm: int) -> str:
+        return f"nccl-probe/{event['comm_hash']}/{generation}/{rank_in_comm}"
 
     def _resolve(self) -> None:
-        """Fill ``members`` of pair comms from the slots both members published (NCCL logs only the
-        rank in the comm and the commId, which is the same on every member)."""
+        """Fill ``members`` of pair comms from the slots every member claimed (NCCL logs only the rank in
+        the comm and the commId, which is the same on every member)."""
+        assert self._store is not None
         waiting = []
-        for event in self._unresolved:
-            key = f"nccl-probe/{event['comm_hash']}"
-            slots = [f"{key}/{i}" for i in range(1, event["nranks"] + 1)]
+        for event, generation in self._unresolved:
+            slots = [self._slot(event, generation, i) for i in range(event["nranks"])]
             try:
                 self._store.wait(slots, timedelta(seconds=PAIR_WAIT_S))
             except Exception:  # the peer has not looked at its log yet: try again on the next read  # noqa: BLE001
-                waiting.append(event)
+                waiting.append((event, generation))
                 continue
-            event["members"] = sorted(int(self._store.get(k)) for k in slots)
+            event["members"] = sorted(int(self._store.get(k).split()[0]) for k in slots)
         self._unresolved = waiting
 
     def _refresh(self, during_init: bool = False) -> None:
         comms = parse_nccl_log_file(self._log_path, self._log_offset)
-        owners = _comm_groups() if len(comms) > self._comms_seen else {}
+        owners = self._groups() if len(comms) > self._comms_seen else {}
         for event in comms[self._comms_seen:]:
             if event["comm"] in owners:
                 event["group"], event["members"] = owners[event["comm"]]
@@ -183,8 +226,8 @@ class NcclProbe:
         self._comms_seen = len(comms)
         if self._unresolved:
             self._resolve()
-        if self._with_launches:
-            launches = launch_events(_dump(), self._last_record)
+        if self._dump is not None:
+            launches = launch_events(self._dump(), self._last_record)
             self._events.extend(launches)
             if launches:
                 self._last_record = max(e["record_id"] for e in launches)
@@ -335,8 +378,10 @@ class NcclTarget(Target):
 
     @property
     def observes(self) -> frozenset[str]:
-        """Communicators and warnings always; launches where the flight recorder shows this target's ops."""
-        launches = {"launch"} if self.c10d_records_launches and flight_recorder_usable() else set()
+        """Communicators and warnings always; launches where the flight recorder shows this target's ops
+        (ProcessGroupNCCL's; not ProcessGroupNCCL2's, see NCCL2_PROBE_NOTE)."""
+        launches = {"launch"} if (self.c10d_records_launches and flight_recorder_usable()
+                                  and not nccl_is_torchcomms_engine()) else set()
         return frozenset({"comm_created", "warning", *launches})
 
     def device(self, rank: int) -> torch.device:
@@ -350,6 +395,8 @@ class NcclTarget(Target):
         """torch, CUDA and NCCL versions, the driver and the GPU model (through NVML: no CUDA init here)."""
         impl = "ProcessGroupNCCL2" if nccl_is_torchcomms_engine() else "ProcessGroupNCCL"
         env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl_backend": impl}
+        if impl == "ProcessGroupNCCL2":
+            env["nccl_probe"] = NCCL2_PROBE_NOTE
         if dist.is_nccl_available():
             env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
         try:
@@ -391,7 +438,7 @@ class NcclDriver(Driver):
             raise RuntimeError(f"target {self.name}: probe() called before setup()")
         log_path = Path(expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._nccl = NcclProbe(log_path, "launch" in self.target.observes)
+        self._nccl = NcclProbe(log_path, _dump if "launch" in self.target.observes else None)
         return self._nccl
 
     def init_world(

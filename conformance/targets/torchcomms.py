@@ -9,6 +9,11 @@ distributed_c10d.py:2130-2131, 2.15.0 :399-400), and a hook records into torchco
 FlightRecorder singleton (torchcomms hooks/fr/FlightRecorder.hpp:151-163 and
 FlightRecorder.cpp:947-955, sized by TORCHCOMM_FR_BUFFER_SIZE), not into c10d's, so
 ``_dump_nccl_trace`` never shows these ops. Checks that need launches are not-observable here.
+Should that recorder's dump be read one day (unverified here: no GPU), it goes through
+conformance.gpu.flight_recorder, so that its launches name their communicator as every other
+source does (``group`` and ``comm``: the process group's name), provided its entries keep c10d's
+``process_group`` and ``profiling_name`` keys (c10d's FlightRecorderHook is a port of torchcomms'
+hook: 2.15.0 hooks/FlightRecorderHook.hpp:4-6).
 
 ``effective_config`` reports what the torchcomms communicator actually got: the hints of
 ``get_comm().get_options()``, and the option fields read from the spellings torchcomms'

@@ -95,3 +95,48 @@ def test_a_spawned_pool_runs_tasks_apart_from_the_fork_pool() -> None:
         assert [r.value["pid"] for r in reports] == spawned.pids
     finally:
         pools.close()
+
+
+class _OneRankPools(_Pools):
+    """As _Pools, for the torchrun supervisor: fresh pools too, and the task's kwargs kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tasks: list[tuple[str, dict]] = []
+
+    def fresh(self, world_size: int, start_method: str | None = None) -> _OneRankPools:
+        self.asked.append((world_size, f"fresh:{start_method}"))
+        return self
+
+    def run(self, task: str, kwargs: dict, timeout_s: float, failed: object = None) -> list[RankReport]:
+        self.tasks.append((task, kwargs))
+        return super().run(task, kwargs, timeout_s, failed)
+
+    def close(self) -> None:
+        pass
+
+
+def test_torchrun_supervisor_runs_gpu_checks_in_spawned_children_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from conformance.runner import inprocess
+    from conformance.targets.nccl import NcclTarget
+
+    for name in ("is_available", "device_count", "init", "_lazy_init", "set_device", "current_device"):
+        monkeypatch.setattr(torch.cuda, name,
+                            lambda *_a, _n=name, **_k: pytest.fail(f"torch.cuda.{_n}() in the supervisor"))
+    store = dist.HashStore()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    monkeypatch.setattr(inprocess, "join", lambda timeout_s: (store, 0, 1))
+    monkeypatch.setattr(inprocess, "precheck", lambda *_a: None)
+    pools = _OneRankPools()
+    monkeypatch.setattr(inprocess, "PoolSet", lambda: pools)
+    catalog = {r.id: r for r in load_bound_catalog()}
+    isolated = sorted(NcclTarget.fresh_process_checks)[0]
+    results = inprocess.run_requirements([catalog["SPLIT-MEMBERSHIP"], catalog[isolated]], "nccl", None, 5.0)
+    assert [r.outcome.value for r in results] == ["pass", "pass"]
+    assert pools.asked == [(1, GPU_START_METHOD), (1, f"fresh:{GPU_START_METHOD}")]
+    (task, kwargs), _ = pools.tasks
+    assert task == inprocess.TASK and (kwargs["job_rank"], kwargs["host"], kwargs["port"]) == (0, "127.0.0.1", 29555)

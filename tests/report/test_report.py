@@ -8,7 +8,6 @@ import pytest
 from conformance.report import (
     RankOutcome,
     Result,
-    Verdict,
     build_report,
     collect_environment,
     compute_verdict,
@@ -18,6 +17,7 @@ from conformance.report import (
     write_report,
 )
 from conformance.report.build import schema, validate_report
+from conformance.verdict import Verdict
 
 ENV = {
     "python": "3.11.7", "torch": "2.13.0", "torchcomms": None, "nccl": None,

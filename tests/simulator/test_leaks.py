@@ -109,8 +109,11 @@ def test_torchrun_rank_outcomes_travel_as_json(monkeypatch) -> None:
     from conformance.runner import inprocess
     from conformance.spec import load_catalog
 
-    store = dist.HashStore()
+    # the job's store, which the supervisor and the child that runs the check (forked: it sees the patches) share
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     store.set_timeout(datetime.timedelta(seconds=10))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(store.port))
     monkeypatch.setattr(inprocess, "join", lambda timeout_s: (store, 0, 1))
     monkeypatch.setattr(inprocess, "precheck", lambda *a: None)
     value = {"rank": 0, "outcome": "pass", "detail": "", "traceback": "", "notes": ["n"], "duration_s": 0.5}
