@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import enum
+import shlex
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any, NoReturn
@@ -16,7 +17,8 @@ from rich.table import Table
 from conformance import framework, inputs, interrupts
 from conformance.import_probe import probe_import
 from conformance.outcomes import Outcome
-from conformance.report import Result, Verdict, write_report
+from conformance.report import Result, with_invocation, write_report
+from conformance.report.markdown import WHY
 from conformance.session import (
     Selection,
     SuiteRun,
@@ -27,25 +29,11 @@ from conformance.session import (
 )
 from conformance.spec import SpecError
 from conformance.targets import make_target
+from conformance.verdict import ExitCode
 
 SYMBOLS = {Outcome.PASS: "[green]pass[/]", Outcome.FAIL: "[red]FAIL[/]", Outcome.ERROR: "[red]ERROR[/]",
            Outcome.SKIP: "[dim]skip[/]", Outcome.NOT_OBSERVABLE: "[yellow]n/o[/]", Outcome.WAIVED: "[cyan]waived[/]"}
 
-
-class ExitCode(enum.IntEnum):
-    """What ``python -m conformance`` exits with."""
-
-    OK = 0  # conformant, conformant-with-waivers, or a command with nothing to judge
-    NON_CONFORMANT = 1  # a MUST failed (or, for `defects`, a target of the matrix was missed)
-    BAD_INPUT = 2  # refused before anything ran
-    INCOMPLETE = 3  # interrupted, or no MUST could be judged
-    STALE_WAIVER = 4  # --strict-waivers found a waiver whose requirement now passes
-
-    @classmethod
-    def for_verdict(cls, verdict: str) -> ExitCode:
-        """The exit code of a report's verdict."""
-        return {Verdict.CONFORMANT: cls.OK, Verdict.CONFORMANT_WITH_WAIVERS: cls.OK,
-                Verdict.INCOMPLETE: cls.INCOMPLETE}.get(verdict, cls.NON_CONFORMANT)
 
 console = Console(stderr=True, highlight=False)
 
@@ -108,13 +96,31 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
                         "torchrun job (torchrun --nproc-per-node N -m conformance run ... --launcher env)")
 
 
+def _invocation(args: argparse.Namespace) -> dict[str, Any]:
+    """What the report records of how it was made: the command line, the timeout, the world sizes, and for
+    certify the declared capabilities (the verdict depends on them)."""
+    invocation: dict[str, Any] = {"command": shlex.join(["python", "-m", "conformance", *args.argv]),
+                                  "argv": list(args.argv), "timeout_s": args.timeout,
+                                  "world_sizes": list(args.world_sizes)}
+    if args.command == "certify":
+        invocation |= {"declared_capabilities": list(args.declared.get("capabilities", ())),
+                       "options_factory": args.declared.get("options_factory")}
+    return invocation
+
+
 def _finish(run: SuiteRun, args: argparse.Namespace) -> ExitCode:
+    run.report = with_invocation(run.report, _invocation(args))
     json_path, md_path = write_report(run.report, args.report_dir, statements())
     verdict = run.report["verdict"]
     judged = run.report["summary"]["judged"]
-    console.print(f"judged {judged['judged']} of {judged['backend_musts']} backend MUSTs"
-                  + (f"; not judged: {', '.join(u['requirement'] for u in judged['unjudged'])}"
-                     if judged["unjudged"] else ""))
+    console.print(f"judged {judged['judged']} of {judged['backend_musts']} backend MUSTs that apply")
+    for why, what in WHY.items():
+        ids = [u["requirement"] for u in judged["unjudged"] if u.get("why") == why]
+        if ids:
+            console.print(f"  not judged, {what}: {', '.join(ids)}", soft_wrap=True)
+    if judged.get("not_applicable"):
+        ids = ", ".join(n["requirement"] for n in judged["not_applicable"])
+        console.print(f"  not applicable to this target: {ids}", soft_wrap=True)
     console.print(f"verdict: [bold]{verdict}[/]  report: {json_path} {md_path}")
     for stale in run.stale:
         console.print(f"[yellow]stale waiver[/]: {escape(stale['message'])}")
@@ -171,7 +177,7 @@ def _declared(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_certify(args: argparse.Namespace) -> ExitCode:
     """Certify an out-of-tree backend through the vendor target."""
     try:
-        declared = _declared(args)
+        declared = args.declared = _declared(args)
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
         return ExitCode.BAD_INPUT
@@ -219,6 +225,41 @@ def cmd_defects(args: argparse.Namespace) -> ExitCode:
     return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console)
 
 
+class _CertifyHelp(argparse.RawDescriptionHelpFormatter):
+    """certify's help: each option's default where it has one, and the capability list as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        default = action.default
+        if default in (None, False, [], ()) or default is argparse.SUPPRESS or "default" in (action.help or ""):
+            return action.help or ""
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{action.help} (default: {shown})"
+
+
+def _capabilities_epilog() -> str:
+    """Every capability a backend can declare: what it asks of the backend, the requirements that need it."""
+    from conformance.targets.vendor import CONSULTED, CONTRACT, DECLARABLE
+
+    needed_by: dict[str, list[str]] = {c: [] for c in DECLARABLE}
+    try:
+        catalog = load_bound_catalog()
+    except SpecError:  # the command itself reports it, as its one line and exit 2
+        catalog = []
+    for req in catalog:
+        for cap in req.capabilities:
+            needed_by.get(cap, []).append(req.id)
+    wrap = textwrap.TextWrapper(width=100, initial_indent="    ", subsequent_indent="    ",
+                                break_on_hyphens=False)
+    lines = ["capabilities (--capability NAME,... or capabilities = [...] in --capabilities-file); each is verified,",
+             "not trusted. Not declared, its requirements stay unjudged (listed in the report), never failed.",
+             "Guide: docs/vendor-guide.md."]
+    for cap in DECLARABLE:
+        lines += [f"  {cap}", *wrap.wrap(f"asks: {CONTRACT[cap]}")]
+        lines += wrap.wrap(f"needed by: {', '.join(needed_by[cap]) or 'no requirement alone'}")
+        lines += wrap.wrap(f"also: {CONSULTED[cap]}") if cap in CONSULTED else []
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = _Parser(prog="python -m conformance", description=__doc__)
@@ -229,14 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="option passed to the target (e.g. path=torchcomms for sim)")
     _add_run_args(p)
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("certify", help="certify an out-of-tree backend (vendor target)")
+    p = sub.add_parser("certify", help="certify an out-of-tree backend (vendor target)",
+                       formatter_class=_CertifyHelp, epilog=_capabilities_epilog(),
+                       description="Certify an out-of-tree backend: import --import in every rank, run each "
+                                   "requirement at each world size, write <backend>.json and <backend>.md. "
+                                   "Guide: docs/vendor-guide.md.")
     p.add_argument("--backend", required=True, help="the name the backend registers")
     p.add_argument("--device", default="cpu", help="device type the backend serves")
     p.add_argument("--import", dest="import_module", required=True, help="module whose import registers it")
     p.add_argument("--package", default=None, help="distribution name, for the report")
     p.add_argument("--capability", action="append", type=_csv, default=[], metavar="NAME[,NAME...]",
-                   help="a capability the backend declares (split, options, hints, device_binding, p2p_tags, "
-                        "p2p_any_source, ...); checks needing it run, and a skip among them is a failure")
+                   help="a capability the backend declares (the list below); checks needing it run, and a "
+                        "skip among them is a failure")
     p.add_argument("--capabilities-file", type=Path, default=None, metavar="FILE.toml",
                    help="TOML with capabilities = [...] and optionally options_factory = \"MODULE:FUNCTION\"")
     p.add_argument("--options-factory", default=None, metavar="MODULE:FUNCTION",
@@ -265,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     as the process's entry point (no ``argv``), SIGINT and SIGTERM are ignored from then on: a late second
     Ctrl-C must not turn the exit status of a run that stopped cleanly into a death by signal."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.command in ("run", "certify", "defects"):
         interrupts.install()  # SIGTERM stops a run as Ctrl-C does; a second signal never breaks the cleanup
     try:

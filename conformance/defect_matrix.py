@@ -24,7 +24,6 @@ from typing import Any
 from rich.console import Console
 
 from conformance import interrupts
-from conformance.cli import ExitCode
 from conformance.outcomes import Outcome
 from conformance.planted.lanes import Case, CaseOutcome, Lanes
 from conformance.planted.mutants import Mutant, mutants
@@ -32,6 +31,7 @@ from conformance.report.write import atomic_write_text
 from conformance.session import load_bound_catalog
 from conformance.spec import Requirement
 from conformance.torch_compat import TORCH
+from conformance.verdict import ExitCode
 
 LANES = 4  # cases run at once: most of a planted defect's time is a peer waiting out its timeout
 

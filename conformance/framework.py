@@ -40,6 +40,7 @@ from conformance.report.details import distinct_details, merge_details
 from conformance.report.environment import collect_environment
 from conformance.runner.forked import fork_and_collect
 from conformance.spec import load_catalog
+from conformance.verdict import ExitCode
 
 CHECKS = ("SPLIT-MEMBERSHIP", "SPLIT-BOUND-INHERIT", "QUAL-SUBGROUP-FILTER", "HINT-TORCHCOMMS-OPTIONS")
 
@@ -280,7 +281,6 @@ def run(builder: str, world_size: int, kwargs: dict[str, Any], timeout_s: float 
 
 def cmd_framework(args: argparse.Namespace) -> int:
     """Entry point of ``python -m conformance framework``."""
-    from conformance.cli import ExitCode
     from conformance.session import statements
 
     try:

@@ -14,10 +14,21 @@ import signal
 import sys
 import time
 import traceback
+from types import ModuleType
 
 import torch.distributed as dist
 
 _REGISTERED = "registered"  # the child's report when the import registered the backend
+
+
+def imported_from(module: ModuleType) -> str:
+    """Which file an import ran: the module's ``__file__``, or, for a namespace package (no ``__init__.py``:
+    a directory on sys.path named like the package, which may shadow the installed one), its directories."""
+    if getattr(module, "__file__", None):
+        return f"from {module.__file__}"
+    paths = list(dict.fromkeys(getattr(module, "__path__", ())))
+    return (f"an empty namespace package from {', '.join(paths)}: a directory on sys.path without __init__.py, "
+            "which may shadow the installed package") if paths else "a module with no file"
 
 
 def _import_and_exit(module: str, backend: str, report_fd: int) -> None:
@@ -30,10 +41,10 @@ def _import_and_exit(module: str, backend: str, report_fd: int) -> None:
         os.dup2(quiet, 1)  # the module's own output stays out of the CLI's
         os.dup2(quiet, 2)
         try:
-            importlib.import_module(module)
+            imported = importlib.import_module(module)
             report = _REGISTERED if dist.is_backend_available(backend) else (
-                f"importing vendor module {module!r} did not register backend {backend!r} "
-                "with Backend.register_backend")
+                f"importing vendor module {module!r} ({imported_from(imported)}) did not register backend "
+                f"{backend!r} with Backend.register_backend")
         except BaseException as exc:  # noqa: BLE001 - any failure of the import is the one line reported
             report = f"importing vendor module {module!r} failed: " + traceback.format_exception_only(exc)[-1].strip()
         os.write(report_fd, report.encode(errors="replace"))

@@ -182,7 +182,7 @@ def finish_run(run: SuiteRun, target: str, target_options: dict[str, Any] | None
     run.out_of_range = out_of_range(expectations)
     stack = make_target(target, target_options)
     environment = collect_environment(stack.environment())
-    run.report = build_report(target, run.results, environment, interrupted=run.interrupted, started=run.started,
+    run.report = build_report(stack.name, run.results, environment, interrupted=run.interrupted, started=run.started,
                               stale_waivers=run.stale, out_of_range_waivers=run.out_of_range,
                               capabilities=stack.capabilities)
     return run

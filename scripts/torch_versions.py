@@ -2,10 +2,12 @@
 
     python scripts/torch_versions.py [VERSION[=VENV] ...] [--targets sim,gloo] [--venv-root DIR]
 
-Defaults: torch 2.11.0 2.13.0 2.14.1 2.15.0, targets sim and gloo, venvs under ``.venvs/``
-(git-ignored). A venv that does not exist is created with ``pip install torch==VERSION -e .``
-(the registry's CUDA builds run on a CPU-only host; 2.15.0 is about 2.6 GB). Each run writes
-``reports/torch-<version>/<target>.{json,md}``; the verdict table goes to
+Defaults: torch 2.11.0 2.13.0 2.14.1 and the newest (``ci/torch-newest.txt``, as CI's second stage),
+targets sim and gloo, venvs under ``.venvs/`` (git-ignored). Each venv gets ``pip install torch==VERSION -e .``
+(the registry's CUDA builds run on a CPU-only host; 2.15.0 is about 2.6 GB); a release newer than the
+machine's pip cap (``/etc/xdg/pip``: torch<=2.14.1) is installed with the pip configuration dropped
+(``PIP_CONFIG_FILE=/dev/null``), as ``.ci/run`` does, and every venv is checked to hold the release asked
+for. Each run writes ``reports/torch-<version>/<target>.{json,md}``; the verdict table goes to
 ``reports/torch-versions.md`` and stdout.
 """
 
@@ -13,22 +15,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from torch_pin import mismatch, pinned_version
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_VERSIONS = ("2.11.0", "2.13.0", "2.14.1", "2.15.0")
+NEWEST = pinned_version()
+DEFAULT_VERSIONS = ("2.11.0", "2.13.0", "2.14.1", NEWEST)
 
 
 def ensure_venv(version: str, venv: Path) -> Path:
-    """The venv's python, creating the venv and installing torch==version and the suite if needed."""
+    """The venv's python, creating the venv and installing torch==version and the suite if needed.
+
+    The newest release is installed with the machine's pip configuration dropped (its cap would refuse it);
+    the others keep it (it points pip at the wheels on this disk). Raises SystemExit naming both releases
+    if the venv ends up holding another torch."""
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pin = "torch==2.13.*" if version.startswith("2.13") else f"torch=={version}"
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", pin, "-e", str(ROOT)], check=True)
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull} if version == NEWEST else None
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", pin, "-e", str(ROOT)], check=True, env=env)
+    installed = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+    problem = mismatch(version, installed) if not version.startswith("2.13") else None
+    if problem:
+        raise SystemExit(f"{venv}: {problem}")
     return python
 
 

@@ -17,7 +17,7 @@ TOYCCL_CAPABILITIES = "device_binding,split,options,hints,p2p_tags,p2p_any_sourc
 def _certify(backend: str, tmp_path: Path, capabilities: str = TOYCCL_CAPABILITIES) -> tuple[int, dict]:
     code = main(["certify", "--backend", backend, "--device", "cpu", "--import", backend, "--package", backend,
                  "--capability", capabilities, "--world-sizes", "2", "--report-dir", str(tmp_path)])
-    return code, json.loads((tmp_path / "vendor.json").read_text())
+    return code, json.loads((tmp_path / f"{backend}.json").read_text())
 
 
 def test_example_backend_certifies(tmp_path: Path) -> None:
@@ -35,4 +35,4 @@ def test_flawed_backend_is_non_conformant_naming_the_requirement(tmp_path: Path)
     assert code == 1 and report["verdict"] == "non-conformant"
     # the one flaw (send/recv drop their tag) breaks tagged delivery, which it declared (p2p_tags)
     assert failed == {"P2P-DATA"}
-    assert "tag 22 received first" in (tmp_path / "vendor.md").read_text()
+    assert "tag 22 received first" in (tmp_path / "toyccl_flawed.md").read_text()

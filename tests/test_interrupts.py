@@ -27,7 +27,7 @@ ARGS = {
     "certify": ["certify", "--backend", "toyccl", "--device", "cpu", "--import", "toyccl", "--world-sizes", "2,4"],
     "defects": ["defects", "--world-sizes", "2"],
 }
-REPORT = {"run": "sim.json", "certify": "vendor.json", "defects": "defects.json"}
+REPORT = {"run": "sim.json", "certify": "toyccl.json", "defects": "defects.json"}
 # Results printed before a "mid" interrupt: a progress line each ("[ 3/102] ..."; torch's own "[W...]" warnings
 # do not count). certify's first two lines are skips decided before any rank runs: its third has run on the
 # pools. A defect result comes after the matrix's clean run (a whole suite run): two are enough there.

@@ -145,7 +145,8 @@ def invalid_refused(ctx: CheckContext) -> None:
         cases += [({"hints": {"is_high_priority_stream": "maybe"}}, "is_high_priority_stream", "maybe"),
                   ({"hints": {"maxCTAs": "lots"}}, "maxCTAs", "lots")]
     else:
-        ctx.note("hint values not checked: the target's options have no hints map")
+        ctx.note("hint values not checked: the target lacks capability hints (a hints map on its options); "
+                 "a backend whose options carry one declares hints")
     for fields, key, value in cases:
         expect_raises(ctx, f"new_group with invalid option {fields}",
                       lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),

@@ -248,7 +248,8 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
         ctx.expect_equal("tag 22 received first", [2.0 + prv] * 3, gb.tolist())
         ctx.expect_equal("tag 11 received second", [1.0 + prv] * 3, ga.tolist())
     else:
-        ctx.note("tag matching not checked: the target ignores tags (NCCL)")
+        ctx.note("tag matching not checked: the target lacks capability p2p_tags (NCCL ignores tags); "
+                 "a backend whose tags select among messages declares p2p_tags")
     if "p2p_any_source" in ctx.target.capabilities:
         if r == 0:
             seen = set()
@@ -262,7 +263,8 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
         else:
             dist.send(torch.full((2,), float(r), device=ctx.device), 0)
     else:
-        ctx.note("recv(src=None) not checked: the target has no any-source receive")
+        ctx.note("recv(src=None) not checked: the target lacks capability p2p_any_source; "
+                 "a backend with an any-source receive declares p2p_any_source")
 
 
 @check("P2P-MISMATCH")

@@ -1,12 +1,55 @@
-"""Event lists and the combination of several probes into one (the conformance.probe protocol)."""
+"""Event lists, the probe boundary, and the combination of several probes into one (conformance.probe).
+
+The probe boundary: a probe's own code runs inside the backend's calls (a wrapped method, a dispatch
+mode) and around ``init_process_group``; an exception there is the suite's fault, not the backend's.
+``RecordingProbe.boundary(kind)`` catches it and keeps it as the reason the probe's ``kind`` events
+cannot be trusted in this check; from then on ``events(kind)`` raises ``ProbeFault`` (a
+``NotObservable``) and ``control_missing(kind)`` returns that reason, so the case is reported
+not-observable naming the probe's fault, and the backend's call goes on as if no probe were there.
+The lifecycle hooks (``start``, ``attach_store``, ``world_created``, ``flush``) of every subclass run
+inside the boundary too.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import traceback
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch.distributed as dist
 
+from conformance.outcomes import NotObservable
 from conformance.probe import Event
+
+# The lifecycle hooks a subclass may define; each runs inside the probe boundary (see __init_subclass__).
+_HOOKS = ("start", "attach_store", "world_created", "flush")
+
+
+class ProbeFault(NotObservable):
+    """A probe of the suite faulted: what it would have recorded is not observable in this check."""
+
+
+def _where(exc: BaseException) -> str:
+    """``file.py:line`` of the innermost frame that raised ``exc``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
+
+
+def _guarded_hook(name: str, hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``hook`` run inside the probe boundary for every kind the probe observes; on a fault it returns
+    what the base class's no-op would (the probe for ``start``, the store itself for ``attach_store``)."""
+
+    @functools.wraps(hook)
+    def guarded(self: RecordingProbe, *args: Any) -> Any:
+        try:
+            return hook(self, *args)
+        except Exception as exc:  # noqa: BLE001 - the boundary: any fault of the probe is the suite's
+            self.fault(None, exc, during=name)
+            return getattr(RecordingProbe, name)(self, *args)
+
+    return guarded
 
 
 class RecordingProbe:
@@ -19,8 +62,34 @@ class RecordingProbe:
 
     observes: frozenset[str] = frozenset()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in _HOOKS:
+            if name in vars(cls):
+                setattr(cls, name, _guarded_hook(name, vars(cls)[name]))
+
     def __init__(self) -> None:
         self._events: list[Event] = []
+        self._faults: dict[str, str] = {}  # event kind -> why this probe cannot be trusted with it
+
+    def fault(self, kind: str | None, exc: BaseException, during: str) -> None:
+        """Keep the first fault of the probe's own code for ``kind`` (every kind it observes when None)."""
+        why = (f"the suite's {type(self).__name__} faulted during {during}: {type(exc).__name__}: {exc} "
+               f"(at {_where(exc)}); a fault of the conformance suite, not of the backend")
+        for k in self.observes if kind is None else (kind,):
+            self._faults.setdefault(k, why)
+
+    @contextlib.contextmanager
+    def boundary(self, kind: str, during: str = "recording") -> Iterator[None]:
+        """Run the probe's own code for ``kind`` events: an exception in it is kept as a fault, not raised."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - the boundary: any fault of the probe is the suite's
+            self.fault(kind, exc, during)
+
+    def faulted(self, kind: str) -> str | None:
+        """Why this probe's ``kind`` events cannot be trusted in this check, or None."""
+        return self._faults.get(kind)
 
     def record(self, kind: str, **fields: Any) -> Event:
         """Append one event of ``kind``."""
@@ -43,8 +112,11 @@ class RecordingProbe:
         """Bring lazily gathered events up to date (a no-op unless a subclass gathers lazily)."""
 
     def events(self, kind: str | None = None, since: int = 0) -> list[Event]:
-        """Events recorded on this rank (of one kind, from index ``since``)."""
+        """Events recorded on this rank (of one kind, from index ``since``); ProbeFault where the probe faulted."""
         self.flush()
+        why = next(iter(self._faults.values()), None) if kind is None else self._faults.get(kind)
+        if why is not None:
+            raise ProbeFault(why)
         return [e for e in self._events[since:] if kind is None or e["kind"] == kind]
 
     def mark(self) -> int:
@@ -56,6 +128,8 @@ class RecordingProbe:
         """None when this run showed the probe seeing ``kind`` at all, else what it did not see."""
         if kind not in self.observes:
             return f"{type(self).__name__} does not observe {kind} events"
+        if kind in self._faults:
+            return self._faults[kind]
         return None if any(e["kind"] == kind for e in self.events(kind)) else \
             f"{type(self).__name__} has seen no {kind} event in this run (no positive control)"
 

@@ -84,6 +84,20 @@ def _group(value: Any) -> dist.ProcessGroup | None:
         return None
 
 
+def _python_group_name(pg: Any) -> str | None:
+    """The group's own ``group_name``, else the name torch gave it (c10d's ``_world.pg_names``).
+
+    C++ ``ProcessGroup::getGroupName`` reads the name off the group's registered backends, and torch
+    registers none for a Python ProcessGroup subclass (v2.13.0 distributed_c10d.py:2278-2280 returns the
+    subclass as the group), so unless the subclass overrides it, ``group_name`` raises "ProcessGroup name
+    not set" (measured on a gloo-wrapping subclass, torch 2.13). The launch is the backend's either way.
+    """
+    try:
+        return pg.group_name or None
+    except RuntimeError:
+        return dist.distributed_c10d._world.pg_names.get(pg) or None
+
+
 class _Dispatch(TorchDispatchMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -122,15 +136,16 @@ class LaunchProbe(RecordingProbe):
         return self
 
     def _from_dispatcher(self, func: str, args: tuple, kwargs: dict) -> None:
-        groups = [g for g in map(_group, args) if g is not None]
-        if groups and type(groups[0]).__module__.split(".")[0] != "torch":
-            return  # a Python backend: its class wrapper records the call
-        tensors = _tensors(args[0]) if args else []
-        name = groups[0].group_name if groups else None
-        self.record("launch", comm=name, group=name, op=op_name(func),
-                    ops=_count(args[0]) if args else 0, stream=None,
-                    device=tensors[0].device.type if tensors else None, backend=None,
-                    coalesced="coalesced" in func, source="dispatcher")
+        with self.boundary("launch"):  # a fault here is the suite's, never the backend's call's
+            groups = [g for g in map(_group, args) if g is not None]
+            if groups and type(groups[0]).__module__.split(".")[0] != "torch":
+                return  # a Python backend: its class wrapper records the call
+            tensors = _tensors(args[0]) if args else []
+            name = groups[0].group_name if groups else None
+            self.record("launch", comm=name, group=name, op=op_name(func),
+                        ops=_count(args[0]) if args else 0, stream=None,
+                        device=tensors[0].device.type if tensors else None, backend=None,
+                        coalesced="coalesced" in func, source="dispatcher")
 
     def world_created(self, world: dist.ProcessGroup) -> None:
         """Watch the world's class when it is a Python backend."""
@@ -155,12 +170,13 @@ class LaunchProbe(RecordingProbe):
         def launch(pg: Any, *args: Any, **kwargs: Any) -> Any:
             depth = getattr(probe._depth, "n", 0)
             if depth == 0:
-                tensors = _tensors(args[0]) if args else []
-                group = getattr(pg, "group_name", None) or None
-                probe.record("launch", comm=group, group=group, op=PY_METHODS[name],
-                             ops=_count(args[0]) if args else 0, stream=None,
-                             device=tensors[0].device.type if tensors else None, backend=pg.getBackendName(),
-                             coalesced="coalesc" in name, source="class")
+                with probe.boundary("launch"):  # a fault here is the suite's, never the backend's call's
+                    tensors = _tensors(args[0]) if args else []
+                    group = _python_group_name(pg)
+                    probe.record("launch", comm=group, group=group, op=PY_METHODS[name],
+                                 ops=_count(args[0]) if args else 0, stream=None,
+                                 device=tensors[0].device.type if tensors else None, backend=pg.getBackendName(),
+                                 coalesced="coalesc" in name, source="class")
             probe._depth.n = depth + 1
             try:
                 return method(pg, *args, **kwargs)

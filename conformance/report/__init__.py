@@ -1,6 +1,6 @@
 """From results to reports: JSON (versioned schema), Markdown matrix, waivers, verdict, digest."""
 
-from conformance.report.build import Verdict, build_report, compute_verdict, verify_digest
+from conformance.report.build import build_report, compute_verdict, verify_digest, with_invocation
 from conformance.report.environment import collect_environment
 from conformance.report.expectations import (
     Expectation,
@@ -18,7 +18,6 @@ __all__ = [
     "RankOutcome",
     "Result",
     "StaleWaiverError",
-    "Verdict",
     "apply_expectations",
     "build_report",
     "collect_environment",
@@ -28,5 +27,6 @@ __all__ = [
     "out_of_range",
     "render_markdown",
     "verify_digest",
+    "with_invocation",
     "write_report",
 ]

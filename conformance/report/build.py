@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import cache
@@ -15,18 +16,11 @@ import jsonschema
 from conformance.outcomes import Outcome
 from conformance.report.model import Result
 from conformance.spec import load_catalog
+from conformance.targets.base import CAPABILITIES
+from conformance.verdict import Verdict
 
 SCHEMA_ID = "conformance-report/1"
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
-
-
-class Verdict:
-    """The certification verdicts, strongest claim first."""
-
-    CONFORMANT = "conformant"
-    CONFORMANT_WITH_WAIVERS = "conformant-with-waivers"
-    NON_CONFORMANT = "non-conformant"
-    INCOMPLETE = "incomplete"
 
 
 @cache
@@ -67,11 +61,42 @@ def _was_judged(result: Result) -> bool:
     return result.outcome is Outcome.PASS or result.outcome.failing
 
 
-def judged_musts(results: list[Result], capabilities: Iterable[str] | None = None) -> dict[str, Any]:
-    """Which backend MUST requirements of the run were judged; the others with what they lacked.
+# Capabilities that name a torch integration path rather than something a backend does: a requirement that
+# needs one cannot apply to a target without it (a vendor's backend is never torch's torchcomms path).
+PATH_CAPABILITIES = frozenset({"torchcomms"})
+# Why a backend MUST requirement that applies reached no verdict (``unjudged[].why``).
+NOT_DECLARED, NOT_OBSERVABLE, NOT_RUN = "capability", Outcome.NOT_OBSERVABLE.value, "not-run"
+_CAPABILITY_WORD = re.compile(r"[a-z_]+(?::[a-z_]+)?")
 
-    ``capabilities`` (the target's) names the missing capabilities of an unjudged requirement;
-    without it, or when none is missing, the reason is the outcome's detail.
+
+def _named_missing(detail: str, caps: set[str] | None) -> list[str]:
+    """Capabilities a skip's detail names that the target lacks ("lacks capability split", "needs capability
+    device_binding"): such a skip is a capability not declared, not a requirement that cannot apply."""
+    if caps is None or "capabilit" not in detail:
+        return []
+    return sorted({w for w in _CAPABILITY_WORD.findall(detail.split("capabilit", 1)[1])
+                   if w in CAPABILITIES and w not in caps})
+
+
+def _inapplicable(result: Result, caps: set[str] | None) -> bool:
+    """A skip saying the requirement cannot apply here, as opposed to a capability not declared or a world
+    size not run: the target's not_applicable entry ("requirement does not apply on target ..."), the torch
+    range ("requirement applies to torch ..."), or a check that ran and found none of what the requirement
+    is about (P2P-LAZY-PAIR-COMM on a backend making no pair communicators: "the requirement applies to
+    backends that make them")."""
+    if result.outcome is not Outcome.SKIP or _named_missing(result.detail, caps):
+        return False
+    return "requirement applies to" in result.detail or "requirement does not apply" in result.detail
+
+
+def judged_musts(results: list[Result], capabilities: Iterable[str] | None = None) -> dict[str, Any]:
+    """Which backend MUST requirements of the run were judged; the others, and why.
+
+    A requirement that cannot apply to the target (``_inapplicable`` at every world size, or one needing a
+    path capability such as torchcomms that the target lacks) leaves the denominator and is listed in
+    ``not_applicable`` with its reason. Each other unjudged one says ``why``: a ``capability`` not declared
+    (``missing`` names it), ``not-observable``, or ``not-run`` (no world size of this run applies).
+    ``capabilities`` (the target's) names the missing capabilities; without it they are not named.
     """
     spec = _spec()
     caps = None if capabilities is None else set(capabilities)
@@ -80,16 +105,27 @@ def judged_musts(results: list[Result], capabilities: Iterable[str] | None = Non
         if _is_must(r) and _is_backend(r, spec):
             by_req.setdefault(r.requirement, []).append(r)
     judged = sorted(rid for rid, rs in by_req.items() if any(_was_judged(r) for r in rs))
-    unjudged = []
+    unjudged, not_applicable = [], []
     for rid, rs in by_req.items():
         if rid in judged:
             continue
         req = spec.get(rid)
         missing = [c for c in (req.capabilities if req else ()) if caps is not None and c not in caps]
-        unjudged.append({"requirement": rid, "missing": missing,
-                         "outcomes": sorted({r.outcome.value for r in rs}), "reason": rs[0].detail})
-    return {"backend_musts": len(by_req), "judged": len(judged), "judged_requirements": judged,
-            "unjudged": unjudged}
+        missing += sorted({c for r in rs for c in _named_missing(r.detail, caps)} - set(missing))
+        undeclared = [c for c in missing if not c.startswith("observe:")]
+        path = sorted(set(missing) & PATH_CAPABILITIES)
+        if path or (not undeclared and all(_inapplicable(r, caps) for r in rs)):
+            reason = (f"needs {', '.join(path)}: {CAPABILITIES[path[0]]}, which this target is not" if path
+                      else next((r.detail for r in rs if r.detail), ""))
+            not_applicable.append({"requirement": rid, "reason": reason})
+            continue
+        outcomes = sorted({r.outcome.value for r in rs})
+        why = NOT_DECLARED if undeclared else NOT_OBSERVABLE if Outcome.NOT_OBSERVABLE.value in outcomes else NOT_RUN
+        shown = next((r for r in rs if not r.detail.startswith("requirement runs at world sizes")), rs[0])
+        unjudged.append({"requirement": rid, "missing": missing, "why": why, "outcomes": outcomes,
+                         "reason": shown.detail})
+    return {"backend_musts": len(by_req) - len(not_applicable), "judged": len(judged),
+            "judged_requirements": judged, "unjudged": unjudged, "not_applicable": not_applicable}
 
 
 def compute_verdict(results: Iterable[Result], interrupted: bool) -> str:
@@ -121,6 +157,7 @@ def _counts(results: Iterable[Result]) -> dict[str, int]:
 
 def summarize(results: list[Result], capabilities: Iterable[str] | None = None) -> dict[str, Any]:
     """Counts per outcome, per area and per level, the SHOULD requirements that failed, the judged MUSTs."""
+    spec = _spec()
     areas = sorted({r.area for r in results})
     levels = sorted({r.level.upper() for r in results})
     return {
@@ -129,7 +166,8 @@ def summarize(results: list[Result], capabilities: Iterable[str] | None = None) 
         "by_area": {a: _counts(r for r in results if r.area == a) for a in areas},
         "by_level": {lv: _counts(r for r in results if r.level.upper() == lv) for lv in levels},
         "should_failures": [
-            {"requirement": r.requirement, "world_size": r.world_size, "outcome": r.outcome.value}
+            {"requirement": r.requirement, "world_size": r.world_size, "outcome": r.outcome.value,
+             "kind": spec[r.requirement].kind if r.requirement in spec else "backend"}
             for r in results
             if not _is_must(r) and r.outcome.failing
         ],
@@ -198,6 +236,15 @@ def build_report(
         "finished": finished,
         "interrupted": interrupted,
     }
+    report["digest"] = compute_digest(report)
+    validate_report(report)
+    return report
+
+
+def with_invocation(report: dict[str, Any], invocation: dict[str, Any]) -> dict[str, Any]:
+    """``report`` with how the front door made it (command line, timeout, world sizes, declared capabilities),
+    validated and digested again: the session builds the report, only the CLI knows its command."""
+    report = {k: v for k, v in report.items() if k != "digest"} | {"invocation": dict(invocation)}
     report["digest"] = compute_digest(report)
     validate_report(report)
     return report

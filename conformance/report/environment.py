@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,8 +42,37 @@ def _cuda_fields() -> dict[str, Any]:
     return fields
 
 
+def _suite_commit() -> str | None:
+    """The git commit of the suite's checkout (``+dirty`` when it has uncommitted changes), or None for an
+    installed copy outside git."""
+    root = Path(conformance.__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def _cpu() -> str:
+    """The CPU model (Linux's /proc/cpuinfo, else platform.processor()) and the CPUs this process may use."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model} ({usable} usable CPUs)"
+
+
 def collect_environment(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Versions of python, torch, torchcomms, NCCL/CUDA/driver/GPU (null on CPU), host, suite, spec.
+    """Versions of python, torch, torchcomms, NCCL/CUDA/driver/GPU (null on CPU), host, CPU, suite (and its git
+    commit), spec.
 
     ``extra`` (e.g. a vendor backend's package name and version) is merged in last.
     """
@@ -52,6 +84,8 @@ def collect_environment(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         "host": platform.node(),
         "platform": platform.platform(),
         "suite": conformance.__version__,
+        "suite_commit": _suite_commit(),
+        "cpu": _cpu(),
         "spec": conformance.SPEC_VERSION,
     }
     env.update(extra or {})

@@ -12,6 +12,7 @@ from conformance import outcomes
 from conformance.outcomes import Outcome
 from conformance.report.details import merge_details
 from conformance.report.model import RankOutcome, Result
+from conformance.runner.messages import RankStatus
 from conformance.runner.pool import GPU_START_METHOD, PoolSet, RankReport
 from conformance.spec import Requirement
 from conformance.targets import make_target
@@ -49,20 +50,18 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
 
 def rank_outcome(rep: RankReport) -> RankOutcome:
     """A rank's outcome: the one run_check returned, or an error naming how the rank's process failed."""
-    if rep.status == "ok":
+    if rep.status is RankStatus.OK:
         return RankOutcome.from_json(rep.value)
-    what = {"raised": "raised", "crashed": "crashed", "timeout": "timed out",
-            "aborted": "was abandoned after a peer failed"}.get(rep.status, rep.status)
-    return RankOutcome(rep.rank, Outcome.ERROR, detail=f"rank {rep.rank} {what}: {rep.error}".rstrip(": "),
+    return RankOutcome(rep.rank, Outcome.ERROR, detail=f"rank {rep.rank} {rep.status.verb}: {rep.error}".rstrip(": "),
                        traceback=rep.traceback, status=rep.status, exitcode=rep.exitcode)
 
 
 def _hung(rep: RankReport, timeout_s: float) -> RankReport:
     """A rank abandoned after a peer failed, but only past the check's own timeout (which bounds every wait
     of a check), is itself hung: it is reported as timed out, not as a casualty of its peer."""
-    if rep.status != "aborted" or rep.duration_s < timeout_s:
+    if rep.status is not RankStatus.ABORTED or rep.duration_s < timeout_s:
         return rep
-    return replace(rep, status="timeout",
+    return replace(rep, status=RankStatus.TIMEOUT,
                    error=f"no result after {rep.duration_s:.1f} s (the check's timeout is {timeout_s:g} s)")
 
 

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from multiprocess.connection import wait
 
 from conformance.runner import worker
+from conformance.runner.messages import RankStatus, RunTask, StorePort, TaskDone
 
 START_TIMEOUT_S = 120.0  # spawn on a loaded 2-core machine can take a while
 PEER_GRACE_S = 0.5  # how long peers of a crashed or failed rank may still answer before they are killed
@@ -40,12 +41,15 @@ class RankReport:
     """What one rank did in one run."""
 
     rank: int
-    status: str  # "ok" | "raised" | "crashed" | "timeout" | "aborted"
+    status: RankStatus
     value: Any = None  # what the task returned (run_check: a RankOutcome in its wire form)
     error: str = ""
     traceback: str = ""
     exitcode: int | None = None
     duration_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.status = RankStatus(self.status)  # a spelling that is no status fails here, not where it is read
 
 
 @dataclass
@@ -212,7 +216,7 @@ class RankPool:
             self.rebuilds += 1
             port = self._serve_store()
             for w in self._workers:
-                w.conn.send(("store", port))
+                w.conn.send(StorePort(port))
             self._await_ready()
         except BaseException:
             self._kill()
@@ -318,7 +322,7 @@ class RankPool:
         run_id = next(self._run_ids)
         for w in self._workers:  # where a fatal signal's faulthandler dump of this run will start
             w.stack_mark = _size(w.stack_path)
-        payload = worker.dumps(("run", run_id, task, kwargs))
+        payload = worker.dumps(RunTask(run_id, task, kwargs))
         started = time.monotonic()
         for w in self._workers:
             with contextlib.suppress(OSError):  # a dead worker shows up through its sentinel
@@ -340,8 +344,9 @@ class RankPool:
                 report = self._receive(w, run_id, started)
                 if report is not None:
                     reports[w.rank] = report
-                    bad = crashed if report.status == "crashed" else broken if report.status == "raised" or (
-                        report.status == "ok" and failed is not None and failed(report.value)) else None
+                    bad = crashed if report.status is RankStatus.CRASHED else broken if (
+                        report.status is RankStatus.RAISED
+                        or (report.status is RankStatus.OK and failed is not None and failed(report.value))) else None
                     if bad is not None:
                         bad.append(w.rank)
                         deadline = min(deadline, time.monotonic() + PEER_GRACE_S)
@@ -350,11 +355,12 @@ class RankPool:
             stacks = _dump_stacks(missing)
             elapsed = time.monotonic() - started
             if crashed:
-                status, error = "aborted", f"abandoned after rank(s) {crashed} crashed"
+                status, error = RankStatus.ABORTED, f"abandoned after rank(s) {crashed} crashed"
             elif broken:
-                status, error = "aborted", f"no result {elapsed:.1f} s into the run, after rank(s) {broken} failed"
+                status = RankStatus.ABORTED
+                error = f"no result {elapsed:.1f} s into the run, after rank(s) {broken} failed"
             else:
-                status, error = "timeout", f"no result after {timeout_s:g} s"
+                status, error = RankStatus.TIMEOUT, f"no result after {timeout_s:g} s"
             for w in missing:
                 reports[w.rank] = RankReport(w.rank, status, error=error, traceback=stacks[w.rank],
                                              duration_s=elapsed)
@@ -370,19 +376,20 @@ class RankPool:
             except (EOFError, OSError):
                 msg = None
             except Exception as exc:  # the result arrived but does not unpickle here  # noqa: BLE001
-                return RankReport(w.rank, "raised", error=f"unreadable result: {type(exc).__name__}: {exc}",
+                return RankReport(w.rank, RankStatus.RAISED, error=f"unreadable result: {type(exc).__name__}: {exc}",
                                   duration_s=time.monotonic() - started)
             if msg is not None:
-                _, msg_run, status, value, error, tb, duration = msg
-                if msg_run != run_id:
+                done: TaskDone = msg
+                if done.run_id != run_id:
                     return None
-                return RankReport(w.rank, status, value, error, tb, duration_s=duration)
+                return RankReport(w.rank, done.status, done.value, done.error, done.traceback,
+                                  duration_s=done.duration_s)
         w.process.join(1.0)
         if w.process.exitcode is None:  # pipe readable but process alive and silent: not an answer
             return None
         code = w.process.exitcode
-        return RankReport(w.rank, "crashed", error=_exit_reason(code), traceback=_fatal_stack(w), exitcode=code,
-                          duration_s=time.monotonic() - started)
+        return RankReport(w.rank, RankStatus.CRASHED, error=_exit_reason(code), traceback=_fatal_stack(w),
+                          exitcode=code, duration_s=time.monotonic() - started)
 
 
 class PoolSet:

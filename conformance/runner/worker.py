@@ -1,12 +1,5 @@
-"""The rank process: connect to the pool's store once, then run tasks the parent sends over a pipe.
-
-Protocol (pickled tuples over one duplex pipe per rank):
-  parent -> worker  ("store", port)                      once, right after start
-  worker -> parent  ("ready",)                           once, after connecting to the store
-  parent -> worker  ("run", run_id, "pkg.mod:fn", kwargs)
-  worker -> parent  ("done", run_id, status, value, error, traceback, duration_s)
-EOF on the pipe, or the parent process going away, ends the worker.
-"""
+"""The rank process: connect to the pool's store once, then run tasks the parent sends over a pipe
+(the messages of ``messages.py``)."""
 
 from __future__ import annotations
 
@@ -25,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from multiprocess.reduction import ForkingPickler
+
+from conformance.runner.messages import RankStatus, Ready, RunTask, StorePort, TaskDone
 
 LOOPBACK = "127.0.0.1"
 # A name prefix unique to the rank pool, set in every rank: a target names what its ranks leave outside
@@ -55,23 +50,22 @@ def _watch_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
-def _run_one(rank: int, world_size: int, client: dist.Store, msg: tuple) -> tuple:
-    _, run_id, task, kwargs = msg
-    store = dist.PrefixStore(f"run{run_id}/", client)
+def _run_one(rank: int, world_size: int, client: dist.Store, msg: RunTask) -> TaskDone:
+    store = dist.PrefixStore(f"run{msg.run_id}/", client)
     started = time.perf_counter()
     try:
-        value = _load(task)(rank=rank, world_size=world_size, store=store, **kwargs)
-        status, error, tb = "ok", "", ""
+        value = _load(msg.task)(rank=rank, world_size=world_size, store=store, **msg.kwargs)
+        status, error, tb = RankStatus.OK, "", ""
     except BaseException as exc:  # a task's SystemExit is reported, not obeyed  # noqa: BLE001
-        value, status = None, "raised"
+        value, status = None, RankStatus.RAISED
         error, tb = f"{type(exc).__name__}: {exc}", traceback.format_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    return ("done", run_id, status, value, error, tb, time.perf_counter() - started)
+    return TaskDone(msg.run_id, status, value, error, tb, time.perf_counter() - started)
 
 
-def dumps(message: tuple) -> bytes:
+def dumps(message: object) -> bytes:
     """A pipe message's bytes: from the C pickler when it can (dill, the pipes' own pickler, is pure Python:
     20-30 us for a check's task or outcome against about 1 us), else from dill (a lambda in it, say), which
     the other end's ``recv`` reads either way."""
@@ -81,13 +75,12 @@ def dumps(message: tuple) -> bytes:
         return bytes(ForkingPickler.dumps(message))
 
 
-def _send_result(conn: Any, result: tuple) -> None:
+def _send_result(conn: Any, result: TaskDone) -> None:
     try:
         conn.send_bytes(dumps(result))
     except Exception as exc:  # e.g. an unpicklable return value; the pipe is untouched  # noqa: BLE001
-        done, run_id, _, _, _, _, duration = result
         error = f"task result could not be sent: {type(exc).__name__}: {exc}"
-        conn.send((done, run_id, "raised", None, error, traceback.format_exc(), duration))
+        conn.send(TaskDone(result.run_id, RankStatus.RAISED, None, error, traceback.format_exc(), result.duration_s))
 
 
 def main(
@@ -108,9 +101,9 @@ def main(
     faulthandler.enable(file=stack_file, all_threads=True)  # a segfault's stack goes where the pool reads it
     threading.Thread(target=_watch_parent, args=(parent_pid,), name=WATCH_THREAD_NAME, daemon=True).start()
     try:
-        _, port = conn.recv()
-        client = dist.TCPStore(LOOPBACK, port, is_master=False, wait_for_workers=False)
-        conn.send(("ready",))
+        start: StorePort = conn.recv()
+        client = dist.TCPStore(LOOPBACK, start.port, is_master=False, wait_for_workers=False)
+        conn.send(Ready())
         while True:
             msg = conn.recv()
             _send_result(conn, _run_one(rank, world_size, client, msg))

@@ -11,6 +11,10 @@ names from conformance.targets.base.CAPABILITIES, a list or a comma-separated st
 fields and ``hints``; default: the module's ``conformance_make_options``), ``options`` (True:
 shorthand for declaring the ``options`` capability).
 
+The target, and so its report files, take the backend's name (a preset subclass keeps its own). What
+each capability asks of the backend is ``CONTRACT`` below (``certify --help`` prints it; the guide
+for vendors is docs/vendor-guide.md).
+
 Declared capabilities are verified, not trusted: a check of a requirement that needs a
 declared capability runs, and a skip inside it is reported as a failure naming the capability
 (see ``VendorTarget.declared``).
@@ -55,6 +59,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from conformance.import_probe import imported_from
 from conformance.outcomes import NotObservable, Skipped
 from conformance.probe import EVENT_KINDS, Probe
 from conformance.targets.base import FEATURES, Driver, Parts, Target, WorldSpec
@@ -63,6 +68,41 @@ from simulator.shim import cpu_device_types, python_backend_binding, virtual_acc
 
 # Declarable: every capability but what the parts and probes decide ("options" is the options part).
 DECLARABLE = tuple(sorted(FEATURES | {"options"}))
+# What declaring each capability asks of the backend (torch 2.13 / 2.14.1 / 2.15.0 distributed_c10d.py lines;
+# docs/vendor-guide.md has the whole contract). Shown by `certify --help` and the guide.
+CONTRACT: dict[str, str] = {
+    "device_binding": "the group answers _get_backend(device) with an object that has supports_splitting (a bool; "
+                      "torch reads it at init and on every new_group of a bound world: 2.13 :2333, :1973; 2.14.1 "
+                      ":2635; 2.15.0 :2813) and, when True, eager_connect_single_device(device) (2.13 :2335; 2.14.1 "
+                      ":2946; 2.15.0 :3206) and perform_nocolor_split(device) for a non-member of a new_group "
+                      "(2.13 :2057; 2.14.1 :2726; 2.15.0 :3021); on cpu the suite binds cpu:0 and calls "
+                      "eager_connect_single_device itself",
+    "split": "device_binding, plus the group's split_group(ranks, timeout=, opts=, group_name=, group_desc=, "
+             "device_types=) returning the child (None on a non-member) whose group_name is the name torch passed "
+             "(2.13 :5692, :5720; 2.14.1 :6758, :6786; 2.15.0 :6990, :7018) and which has "
+             "_set_sequence_number_for_group() (2.13 :5719)",
+    "options": "an options object made by --options-factory (or the module's conformance_make_options) from "
+               "NCCL-style fields (is_high_priority_stream, cga_cluster_size, max_ctas, min_ctas, net_name) and "
+               "hints=, readable back as "
+               "group._get_backend(device).options",
+    "hints": "options, plus a hints map (torchcomms CommOptions.hints names) on the options object",
+    "multi_device": "one group serving two device types (a device-qualified backend string such as 'cpu:x,cuda:x')",
+    "custom_backend": "always declared for a vendor backend: registration through Backend.register_backend",
+    "torchcomms": "torch's torchcomms integration path: not something an out-of-tree backend provides",
+    "coalesced_p2p": "batch_isend_irecv reaching the backend as one launch (torch 2.14+ coalesces on Python "
+                     "backends: _start_coalescing/_end_coalescing on the group)",
+    "p2p_tags": "send/recv tags select among messages between the same pair (undeclared: tag matching is not "
+                "checked, as NCCL ignores tags)",
+    "p2p_any_source": "recv(src=None) receives from whichever peer sends (recv_anysource)",
+}
+# Checks that consult a capability beyond the requirements that need it (the spec's capabilities).
+CONSULTED: dict[str, str] = {
+    "device_binding": "checks that run on the default world run it bound (eager) instead of lazy",
+    "split": "COLL-ALLREDUCE-OPS and COLL-GATHER-SCATTER-ORDER also sweep split groups",
+    "hints": "HINT-INVALID-REFUSED also refuses invalid hint values",
+    "p2p_tags": "P2P-DATA checks that tags select among messages",
+    "p2p_any_source": "P2P-DATA checks recv(src=None)",
+}
 # NCCL-style fields of an options object, as the options part makes and reads them.
 OPTION_FIELDS = ("is_high_priority_stream", "cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 
@@ -159,6 +199,8 @@ class VendorTarget(Target):
                  options: bool | str = False, capabilities: str | Iterable[str] | None = None,
                  options_factory: str | None = None) -> None:
         self.backend = backend
+        if type(self).name == VendorTarget.name:  # a preset subclass (toyccl's) keeps the name it registered
+            self.name = backend  # the report, its file and the checks' messages name the backend certified
         self.module = module
         self.device_type = device
         self.package = package
@@ -185,7 +227,7 @@ class VendorTarget(Target):
             mod = importlib.reload(mod)
         if not dist.is_backend_available(self.backend):
             raise RuntimeError(
-                f"importing {self.module!r} did not register backend {self.backend!r} "
+                f"importing {self.module!r} ({imported_from(mod)}) did not register backend {self.backend!r} "
                 "with torch.distributed.Backend.register_backend"
             )
         return mod

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from conformance.report import Result, build_report, render_markdown
+from conformance.outcomes import Outcome
+from conformance.report import RankOutcome, Result, build_report, render_markdown
 from conformance.report import build as build_module
 from conformance.report.build import judged_musts
 from conformance.spec import load_catalog
@@ -56,11 +57,39 @@ def test_frontend_requirements_count_neither_in_judged_nor_in_the_verdict(monkey
 def test_report_summary_and_markdown_lead_with_the_unjudged():
     report = build_report("t", RESULTS, ENV, capabilities={"split"})  # validates against the schema
     text = render_markdown(report)
-    assert "**Judged 3 of 6 backend MUST requirements.**" in text
-    head = text.split("## Environment")[0]
-    assert "## MUST requirements not judged" in head and "`SPLIT-LINEAGE`" in head and "device_binding" in head
+    assert "**Judged 3 of 6 backend MUST requirements** that apply" in text
+    head = text.split("## Failures")[0]
+    assert head.startswith("# Conformance report: t") and "## Summary" in head
+    assert "not judged, capability lacking (not declared): `SPLIT-LINEAGE`" in head
+    table = text[text.index("## Not judged"):text.index("## Matrix")]
+    assert "`SPLIT-LINEAGE` | capability lacking (not declared) | device_binding" in table
 
 
 @pytest.mark.parametrize("outcome", ["pass", "fail", "error"])
 def test_every_verdict_counts_as_judged(outcome):
     assert judged_musts([res("SPLIT-MEMBERSHIP", outcome)])["judged"] == 1
+
+
+def test_requirements_that_cannot_apply_leave_the_denominator_apart_from_capabilities_not_declared():
+    ran = RankOutcome(0, "skip", "rank 0: made no communicator for lazy P2P")
+    results = [
+        res("SPLIT-MEMBERSHIP", "pass"),
+        # a check that ran and found none of what it judges (no pair communicators): cannot apply
+        res("P2P-LAZY-PAIR-COMM", "skip", detail="ranks 0, 1: target t made no communicator for lazy P2P: the "
+            "requirement applies to backends that make pair communicators", ranks=[ran]),
+        res("HINT-TORCHCOMMS-OPTIONS", "skip", detail="target t lacks capability torchcomms, options"),
+        res("SPLIT-LINEAGE", "skip", detail="target t lacks capability device_binding"),
+        # a skip inside a check naming a capability the target lacks is a capability not declared
+        res("P2P-EAGER-REUSE", "skip", detail="rank 0: an eager world needs capability device_binding", ranks=[ran]),
+        res("SPLIT-VALIDATION", "skip", detail="requirement runs at world sizes [4] only"),
+        res("P2P-LAZY-WARN-ONCE", "not-observable", detail="target t cannot observe observe:comm_created"),
+    ]
+    judged = judged_musts(results, capabilities={"split", "custom_backend", "observe:launch"})
+    assert {n["requirement"] for n in judged["not_applicable"]} == {"P2P-LAZY-PAIR-COMM", "HINT-TORCHCOMMS-OPTIONS"}
+    assert judged["backend_musts"] == 5 and judged["judged"] == 1
+    assert {u["requirement"]: u["why"] for u in judged["unjudged"]} == {
+        "SPLIT-LINEAGE": "capability", "P2P-EAGER-REUSE": "capability", "SPLIT-VALIDATION": "not-run",
+        "P2P-LAZY-WARN-ONCE": Outcome.NOT_OBSERVABLE.value}
+    report = build_report("t", results, ENV, capabilities={"split"})  # validates against the schema
+    table = render_markdown(report).split("cannot apply to this target (not counted)")[1]
+    assert "`HINT-TORCHCOMMS-OPTIONS` | needs torchcomms" in table

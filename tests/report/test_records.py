@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from conformance.cli import ExitCode
 from conformance.outcomes import Outcome, worst
-from conformance.report import RankOutcome, Result, Verdict
+from conformance.report import RankOutcome, Result
 from conformance.report.build import schema
 from conformance.report.details import merge_details, rank_span
 from conformance.runner.orchestrate import aggregate
 from conformance.spec.datafile import schema as data_schema
+from conformance.verdict import ExitCode, Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 

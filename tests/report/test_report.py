@@ -8,7 +8,6 @@ import pytest
 from conformance.report import (
     RankOutcome,
     Result,
-    Verdict,
     build_report,
     collect_environment,
     compute_verdict,
@@ -18,6 +17,7 @@ from conformance.report import (
     write_report,
 )
 from conformance.report.build import schema, validate_report
+from conformance.verdict import Verdict
 
 ENV = {
     "python": "3.11.7", "torch": "2.13.0", "torchcomms": None, "nccl": None,
@@ -82,7 +82,8 @@ def test_built_report_validates_and_summarises():
     assert summary["by_outcome"]["pass"] == 2 and summary["by_outcome"]["fail"] == 1
     assert summary["by_area"]["split"]["fail"] == 1
     assert summary["by_level"]["SHOULD"]["not-observable"] == 1
-    assert summary["should_failures"] == [{"requirement": "P2P-1", "world_size": 2, "outcome": "error"}]
+    assert summary["should_failures"] == [
+        {"requirement": "P2P-1", "world_size": 2, "outcome": "error", "kind": "backend"}]
     assert report["started"] == "2026-01-01T00:00:00+00:00" and report["interrupted"] is False
 
 
@@ -203,16 +204,19 @@ def test_markdown_matrix_and_findings():
     assert "| `SPLIT-1` | MUST | split_group binds to the parent \\| device | ❌ fail | — |" in md
     assert "👁 n/o" in md and "🛈 waived" in md and "⚠️ error" in md
     assert md.index("### hints") < md.index("### qualification") < md.index("### split")
-    findings = md[md.index("## Failures and findings"):]
+    findings = md[md.index("## Failures"):]
     assert "rank 1: split_group child bound to cuda:0, expected cuda:1" in findings
     assert "rank 1 (timeout), last frames:" in findings and "in wait_for_peer" in findings
     assert "rank 0 timed out in recv" in findings
     assert "known defect (https://example.org/1)" in findings
     assert "S-1 now passes" in findings
     assert "probe lacks observe:config" in findings
+    # the summary comes first, and each failure has a command running just it
+    assert md.index("## Summary") < md.index("## Failures") < md.index("## Matrix") < md.index("## Environment")
+    assert "Reproduce: `python -m conformance run --target gloo --requirement SPLIT-1 --world-sizes 2" in md
 
 
 def test_markdown_interrupted_and_empty():
     md = render_markdown(build_report("sim", [], ENV, interrupted=True))
-    assert "⏸ incomplete" in md and "interrupted" in md and "No failures or errors." in md
+    assert "⏸ incomplete" in md and "interrupted" in md and "No backend MUST failures or errors." in md
 

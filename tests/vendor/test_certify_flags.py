@@ -17,7 +17,7 @@ pytest.importorskip("toyccl", reason="examples/toyccl is not installed (pip inst
 def _certify(tmp_path: Path, *flags: str) -> tuple[int, dict | None]:
     code = main(["certify", "--backend", "toyccl", "--import", "toyccl", "--world-sizes", "2",
                  "--requirement", "SPLIT-MEMBERSHIP,HINT-NEWGROUP-OPTIONS", "--report-dir", str(tmp_path), *flags])
-    path = tmp_path / "vendor.json"
+    path = tmp_path / "toyccl.json"
     return code, json.loads(path.read_text()) if path.exists() else None
 
 
@@ -66,3 +66,16 @@ def test_bad_capabilities_file_is_exit_2(tmp_path: Path, capsys, content: str, s
     code, report = _certify(tmp_path, "--capabilities-file", str(caps))
     assert code == 2 and report is None
     assert says in " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+
+
+def test_certify_help_lists_every_capability_with_what_it_asks_and_the_defaults(capsys) -> None:
+    from conformance.cli import build_parser
+    from conformance.targets.vendor import CONTRACT, DECLARABLE
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["certify", "--help"])
+    text = capsys.readouterr().out
+    assert ", ...)" not in text and "(default: 2,4)" in text and "(default: 30.0)" in text
+    for cap in DECLARABLE:
+        assert f"\n  {cap}\n    asks: " in text and CONTRACT[cap].split()[0] in text
+    assert "needed by: SPLIT-BOUND-INHERIT" in text and "eager_connect_single_device" in text
