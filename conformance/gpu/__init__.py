@@ -1,7 +1,8 @@
 """Readers for what real GPU stacks leave behind: NCCL debug logs and flight-recorder dumps.
 
 Pure parsing, no CUDA needed: the NCCL and torchcomms targets feed these from a rank's
-files, and the unit tests feed them constructed samples. ``devices`` counts and names GPUs
+files, and the unit tests feed them real NCCL output users published (tests/gpu/samples/real)
+and samples constructed from NCCL's and torch's source. ``devices`` counts and names GPUs
 through NVML, for the parent of the rank pools, which must never initialise CUDA.
 """
 

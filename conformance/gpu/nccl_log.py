@@ -34,7 +34,8 @@ has none.
 What it cannot see: fields the caller left unset (NCCL logs only those it was given), the global
 ranks of a communicator (NCCL logs rank and nranks only), which torch process group owns it, config
 of a split child created with config NULL (copied from the parent without logging), and which of two
-inits overlapping on one device of one process a config batch belongs to (taken in order). Lines that
+inits overlapping on one device of one process a config batch belongs to (taken in order; a START
+that logged no config, such a split's, takes a batch another init on its device logged first). Lines that
 do not match (channels, rings, trees, truncated writes) are skipped: an init line cut by a splice is
 lost, as the continuation on a later line cannot be told apart from the other processes' ones.
 """
