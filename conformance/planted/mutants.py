@@ -44,7 +44,7 @@ class Mutant:
 
 def mutants() -> list[Mutant]:
     """Every simulator defect switch, the front-end mutants, and the derived-groups builder mutant."""
-    found = [Mutant(name, text, defects=(name,)) for name, text in simulator.defects.DEFECTS.items()]
+    found = [Mutant(name, d.description, defects=(name,)) for name, d in simulator.defects.DEFECTS.items()]
     found += [Mutant(name, text, frontend=name) for name, (text, _) in frontend.MUTANTS.items()]
     found.append(Mutant(
         "derived_groups_fixed_order",

@@ -50,25 +50,29 @@ class SimConfigPart:
 class SimTarget(Target):
     """Runs checks against the simulator (backend 'sim', device cpu).
 
-    Options: ``path`` ("nccl" or "torchcomms": which integration path the simulator models)
-    and ``defects`` (planted defect switches to turn on, for the defect matrix).
+    Options: ``path`` ("nccl" or "torchcomms": which integration path the simulator models),
+    ``defects`` (planted defects to compose in, for the defect matrix) and ``record_consulted`` (each rank's
+    driver keeps in ``consulted`` the planted defects its backend could have met, for the matrix's plan).
     """
 
     name = "sim"
     parts = Parts(options=SimOptionsPart(), config=SimConfigPart())
     default_backend = "cpu:sim"
 
-    def __init__(self, path: str = "nccl", defects: list[str] | tuple[str, ...] | str = ()) -> None:
+    def __init__(self, path: str = "nccl", defects: list[str] | tuple[str, ...] | str = (),
+                 record_consulted: bool | str = False) -> None:
         if isinstance(defects, str):  # from the CLI: --target-option defects=a,b
             defects = tuple(d for d in defects.split(",") if d)
-        if path not in ("nccl", "torchcomms"):
-            raise ValueError(f"sim target: path must be 'nccl' or 'torchcomms', got {path!r}")
-        for name in defects:
-            if name not in simulator.defects.DEFECTS:
-                raise ValueError(f"sim target: unknown defect {name!r}; known: {sorted(simulator.defects.DEFECTS)}")
+        if path not in simulator.stacks.PATHS:
+            raise ValueError(f"sim target: path must be one of {', '.join(simulator.stacks.PATHS)}, got {path!r}")
+        try:
+            simulator.defects.planted(defects, environ={})
+        except ValueError as exc:
+            raise ValueError(f"sim target: {exc}") from None
         simulator.faults.check_env()  # a malformed SIM_FAULT is refused here, not in every check
         self.path = path
         self.defects = tuple(defects)
+        self.record_consulted = record_consulted not in (False, "", "0", "false")
 
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         return None
@@ -104,7 +108,9 @@ class SimDriver(Driver):
         scratch = os.environ.get(SCRATCH_ENV)
         if scratch:  # the runner's name for what this rank leaves outside itself, which cleanup() removes
             os.environ[SHM_PREFIX_ENV] = scratch
-        self._registered = simulator.register(path=self.target.path, defects=self.target.defects)
+        self.consulted: set[str] | None = set() if self.target.record_consulted else None
+        self._registered = simulator.register(path=self.target.path, defects=self.target.defects,
+                                              consulted=self.consulted)
         super().setup(rank, world_size)
 
     def own_probe(self) -> simulator.events.EventLog:
@@ -114,7 +120,7 @@ class SimDriver(Driver):
                    timeout_s: float) -> dist.ProcessGroup:
         path = spec.extra.get("path", self.target.path)
         if path != self._registered.path:  # the path is fixed when the backend is registered
-            self._registered = simulator.register(path=path, defects=self.target.defects)
+            self._registered = simulator.register(path=path, defects=self.target.defects, consulted=self.consulted)
         world = self._init_default_group(store, rank, world_size, spec, timeout_s)
         if spec.mode == "eager":
             if not isinstance(world, simulator.SimProcessGroup):
