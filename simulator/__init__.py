@@ -29,17 +29,17 @@ __all__ = [
 ]
 
 
-def register(name: str = BACKEND_NAME, *, path: str = "nccl", defects: Iterable[str] = (),
+def register(name: str = BACKEND_NAME, *, stack: str = "nccl-legacy", defects: Iterable[str] = (),
              consulted: set[str] | None = None) -> SimSettings:
     """Register the simulator with torch.distributed (extended API, device cpu) and install the shim.
 
-    ``path`` ("nccl" or "torchcomms") is the integration the worlds it creates model; ``defects`` are the
+    ``stack`` (a name in ``simulator.stacks.STACKS``) is what the worlds it creates model; ``defects`` are the
     planted defects they have, with those named by SIM_DEFECTS in the environment now (an unknown name is a
     ValueError). Both are resolved here into the backend's classes (``simulator.defects.resolve``, which
     also says what ``consulted`` records): register again to change them. SIM_FAULT is read now too
     (``faults.arm``). Returns the settings registered.
     """
-    settings = resolve(path, defects, consulted)
+    settings = resolve(stack, defects, consulted)
     register_backend(name, creator(settings), settings.parts)
     faults.arm()
     install()

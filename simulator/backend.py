@@ -32,10 +32,10 @@ LAZY_P2P_WARNING = (
 @dataclass(frozen=True)
 class SimSettings:
     """What a simulator backend models, fixed when it is registered (``simulator.defects.resolve``): the
-    integration ``path``, the planted ``defects`` by name, and the classes both resolve to (``group``, the
+    ``stack`` it models, the planted ``defects`` by name, and the classes both resolve to (``group``, the
     process group class; ``parts``, the rest). A world keeps its creator's; its subgroups keep the world's."""
 
-    path: str = "nccl"
+    stack: str = "nccl-legacy"
     defects: frozenset[str] = frozenset()
     group: type[SimProcessGroup] | None = None
     parts: Parts = REFERENCE
@@ -143,6 +143,10 @@ class SimProcessGroup(dist.ProcessGroup):
         """The config the group's communicator has (or will get at its lazy creation)."""
         return self._comm.config if self._comm is not None else self._config
 
+    def creation_binding(self, bound: Any) -> Any:
+        """The device the group is bound to when created: the one torch bound it to (``device_id=``), if any."""
+        return bound
+
     def splits_unbound(self) -> bool:
         """Whether torch may split this group while the world has no bound device: no (torch <= 2.14 refuses
         that split itself, v2.14.1 distributed_c10d.py:6610)."""
@@ -150,7 +154,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     @property
     def settings(self) -> SimSettings:
-        """The path and planted defects this group's backend was created with."""
+        """The stack and planted defects this group's backend was created with."""
         return self._settings
 
     def _validate(self, options: SimOptions) -> None:
@@ -187,10 +191,11 @@ class SimProcessGroup(dist.ProcessGroup):
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
         self._release_namespace()  # every member has arrived, so read the world's uid
-        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device, config=self._boot_config(mode))
+        config = self._lazy_subgroup_config() if mode == "lazy" and not self._is_world else self._config
+        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device, config=config)
 
-    def _boot_config(self, mode: str) -> dict[str, Any]:
-        """The config the group's communicator is created with (``mode`` eager or lazy): the group's."""
+    def _lazy_subgroup_config(self) -> dict[str, Any]:
+        """The config of a subgroup's communicator created lazily, at its first use: the group's own."""
         return self._config
 
     def _new_comm(self, comm_id: str, members: list[int], mode: str, *, parent: str | None = None,
@@ -574,7 +579,7 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
         world = settings.group_class(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
                                      prefix=prefix, root=root, namespace=namespace if root is not None else "",
                                      is_world=True, settings=settings)
-        world.bound_device_id = bound
+        world.bound_device_id = world.creation_binding(bound)
         return world
     world = dist.distributed_c10d._get_default_group()
     if not isinstance(world, SimProcessGroup):

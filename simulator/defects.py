@@ -1,7 +1,7 @@
 """Planted defects by name, and the one place a backend's parts are chosen: ``resolve``.
 
 ``DEFECTS`` maps each name to its description and the flawed override(s) in ``simulator/flaws.py`` that
-plant it, one per part. A simulator backend resolves its path and defects once, when it is registered
+plant it, one per part. A simulator backend resolves its stack and defects once, when it is registered
 (``simulator.register(defects=...)``, plus ``SIM_DEFECTS=name1,name2`` from the environment at that
 moment): an unknown name is refused then, and the backend's classes are composed then, so no code path
 asks which defects are on.
@@ -17,7 +17,7 @@ from typing import Any
 from simulator import flaws
 from simulator.backend import SimProcessGroup, SimSettings
 from simulator.parts import REFERENCE, Parts
-from simulator.stacks import PATHS
+from simulator.stacks import STACKS
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ DEFECTS: dict[str, Defect] = {
     "p2p_anysource_wrong_rank": Defect(group=flaws.P2PAnysourceWrongRank),
     "p2p_mismatch_silent": Defect(group=flaws.P2PMismatchSilent),
     "register_devices_none": Defect(creator=flaws.RegisterDevicesNone),
-    # Bugs every path of the backend shares (a check comparing the backend with itself cannot see them).
+    # Bugs every stack of the backend shares (a check comparing the backend with itself cannot see them).
     "avg_as_sum": Defect(kernel=flaws.AvgAsSum),
     "minmax_swapped": Defect(kernel=flaws.MinmaxSwapped),
     "int_sum_via_float32": Defect(kernel=flaws.IntSumViaFloat32),
@@ -133,13 +133,13 @@ def _compose(part: str, base: type, names: frozenset[str], consulted: set[str] |
     return type(base.__name__, (*recording, *flawed, base), {})
 
 
-def resolve(path: str = "nccl", names: Iterable[str] = (), consulted: set[str] | None = None,
+def resolve(stack: str = "nccl-legacy", names: Iterable[str] = (), consulted: set[str] | None = None,
             environ: Mapping[str, str] | None = None) -> SimSettings:
-    """The settings of a backend on ``path`` with the defects ``names`` (and SIM_DEFECTS): its classes composed
+    """The settings of a backend modelling ``stack`` with the defects ``names`` (and SIM_DEFECTS): its classes composed
     once. With ``consulted``, the backend adds to it the name of every defect whose overridden method it runs
     (the defect matrix runs a defect only against the checks whose clean run could have met it)."""
-    if path not in PATHS:
-        raise ValueError(f"simulator: path must be one of {', '.join(PATHS)}, got {path!r}")
+    if stack not in STACKS:
+        raise ValueError(f"simulator: stack must be one of {', '.join(STACKS)}, got {stack!r}")
     chosen = planted(names, environ)
     classes: dict[str, Any] = {}
     for f in fields(Parts):
@@ -147,5 +147,5 @@ def resolve(path: str = "nccl", names: Iterable[str] = (), consulted: set[str] |
         is_instance = not isinstance(base, type)
         cls = _compose(f.name, type(base) if is_instance else base, chosen, consulted)
         classes[f.name] = cls() if is_instance else cls
-    group: type[SimProcessGroup] = _compose("group", PATHS[path], chosen, consulted)
-    return SimSettings(path=path, defects=chosen, group=group, parts=Parts(**classes))
+    group: type[SimProcessGroup] = _compose("group", STACKS[stack], chosen, consulted)
+    return SimSettings(stack=stack, defects=chosen, group=group, parts=Parts(**classes))

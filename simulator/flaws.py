@@ -258,10 +258,8 @@ class NewgroupOptionsAliased:
 class LazyCommDefaultConfig:
     """a subgroup's communicator created lazily, at first use, gets the default config"""
 
-    def _boot_config(self: Group, mode: str) -> dict[str, Any]:
-        if mode == "lazy" and not self._is_world:
-            return self._effective_config(SimOptions(), comm_name=self._comm_base())
-        return super()._boot_config(mode)
+    def _lazy_subgroup_config(self: Group) -> dict[str, Any]:
+        return self._effective_config(SimOptions(), comm_name=self._comm_base())
 
 
 class BroadcastRootZero:
