@@ -30,6 +30,7 @@ from conformance.session import (
 from conformance.spec import SpecError
 from conformance.targets import make_target
 from conformance.verdict import ExitCode
+from simulator.stacks import STACKS
 
 SYMBOLS = {Outcome.PASS: "[green]pass[/]", Outcome.FAIL: "[red]FAIL[/]", Outcome.ERROR: "[red]ERROR[/]",
            Outcome.SKIP: "[dim]skip[/]", Outcome.NOT_OBSERVABLE: "[yellow]n/o[/]", Outcome.WAIVED: "[cyan]waived[/]"}
@@ -82,6 +83,11 @@ def _progress(total: int) -> Any:
         console.print(line, markup=True)
 
     return show
+
+
+def _add_stack_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", choices=list(STACKS), default="",
+                   help="the NCCL stack the simulator models (default: what this torch's 'nccl' means)")
 
 
 def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
@@ -154,6 +160,12 @@ def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Name
 def cmd_run(args: argparse.Namespace) -> ExitCode:
     """Run the suite against one target."""
     options = dict(args.target_option)
+    if args.stack:
+        if args.target != "sim":
+            console.print(f"[red]error:[/] --stack chooses the simulator's stack; target {args.target} runs the "
+                          "stack it finds (its report's environment.stack names it)")
+            return ExitCode.BAD_INPUT
+        options["stack"] = args.stack
     return _run_target(args.target, options or None, args)
 
 
@@ -222,7 +234,7 @@ def cmd_defects(args: argparse.Namespace) -> ExitCode:
     except ValueError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return ExitCode.BAD_INPUT
-    return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console)
+    return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console, stack=args.stack)
 
 
 class _CertifyHelp(argparse.RawDescriptionHelpFormatter):
@@ -267,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the suite against a target and write a report")
     p.add_argument("--target", required=True, help="sim, gloo, nccl, torchcomms, or a vendor's entry-point name")
     p.add_argument("--target-option", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
-                   help="option passed to the target (e.g. path=torchcomms for sim)")
+                   help="option passed to the target (e.g. defects=barrier_no_wait for sim)")
+    _add_stack_arg(p)
     _add_run_args(p)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("certify", help="certify an out-of-tree backend (vendor target)",
@@ -298,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
     # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
     p.add_argument("--timeout", type=_timeout, default=8.0, help="per-check timeout; mutants make ranks wait it out")
+    _add_stack_arg(p)
     p.set_defaults(fn=cmd_defects)
     p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
     framework.add_arguments(p)

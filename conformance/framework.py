@@ -1,6 +1,6 @@
 """The framework front door: run a framework's own group builder on the simulator, under the
-torchcomms rules the simulator models (a device-bound parent, subgroups split from it, options
-turned into torchcomms hints), then judge every group it made.
+rules of the stack the simulator models (``--stack``: a device-bound parent, subgroups split from it,
+on torchcomms options turned into hints), then judge every group it made.
 
 ``python -m conformance framework --builder MODULE:FUNCTION --world-size 8 [--kwargs JSON]``
 
@@ -13,7 +13,7 @@ makes is recorded (ranks, backend filter, pg_options, the group returned). Judge
   from the parent's (not bootstrapped afresh) with the parent's device;
 - QUAL-SUBGROUP-FILTER: a backend filter, where one is given, is device-qualified ("cpu:sim", not
   "sim") and names only devices the parent serves;
-- HINT-TORCHCOMMS-OPTIONS: options given arrive in the communicator as torchcomms hints.
+- HINT-TORCHCOMMS-OPTIONS: options given arrive in the communicator as torchcomms hints (torchcomms stack).
 
 A judgement with nothing to judge (no filter, no options given) is a skip that says so.
 """
@@ -40,7 +40,9 @@ from conformance.report.details import distinct_details, merge_details
 from conformance.report.environment import collect_environment
 from conformance.runner.forked import fork_and_collect
 from conformance.spec import load_catalog
+from conformance.torch_compat import default_stack
 from conformance.verdict import ExitCode
+from simulator.stacks import STACKS
 
 CHECKS = ("SPLIT-MEMBERSHIP", "SPLIT-BOUND-INHERIT", "QUAL-SUBGROUP-FILTER", "HINT-TORCHCOMMS-OPTIONS")
 
@@ -129,12 +131,13 @@ def observe(call: dict[str, Any], rank: int, world: Any) -> dict[str, Any]:
     return seen
 
 
-def rank_main(rank: int, n: int, port: int, builder: str, kwargs: dict[str, Any], timeout_s: float) -> list[dict]:
-    """Init a bound simulator world on the torchcomms path, run the builder, observe its groups."""
+def rank_main(rank: int, n: int, port: int, builder: str, kwargs: dict[str, Any], timeout_s: float,
+              stack: str) -> list[dict]:
+    """Init a bound simulator world modelling ``stack``, run the builder, observe its groups."""
     import simulator
 
     torch.set_num_threads(1)
-    simulator.register(path="torchcomms")
+    simulator.register(stack=stack)
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
     dist.init_process_group("cpu:sim", store=store, rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=timeout_s))
@@ -148,16 +151,19 @@ def rank_main(rank: int, n: int, port: int, builder: str, kwargs: dict[str, Any]
         dist.destroy_process_group()
 
 
-def _child(rank: int, n: int, ports: Any, builder: str, kwargs: dict[str, Any], timeout_s: float, q: Any) -> None:
+def _child(rank: int, n: int, ports: Any, builder: str, kwargs: dict[str, Any], timeout_s: float, stack: str,
+           q: Any) -> None:
     try:
-        q.put((rank, "ok", rank_main(rank, n, ports.get(timeout=30), builder, kwargs, timeout_s)))
+        q.put((rank, "ok", rank_main(rank, n, ports.get(timeout=30), builder, kwargs, timeout_s, stack)))
     except BaseException:  # noqa: BLE001 - reported in the results
         q.put((rank, "err", traceback.format_exc()[-2000:]))
 
 
-def run_ranks(builder: str, n: int, kwargs: dict[str, Any], timeout_s: float) -> dict[int, tuple[str, Any]]:
+def run_ranks(builder: str, n: int, kwargs: dict[str, Any], timeout_s: float,
+              stack: str) -> dict[int, tuple[str, Any]]:
     """Fork n ranks over a loopback TCPStore; {rank: ("ok", observations) | ("err", text)}."""
-    results, procs = fork_and_collect(n, _child, lambda r, ports, q: (r, n, ports, builder, kwargs, timeout_s, q),
+    results, procs = fork_and_collect(n, _child,
+                                      lambda r, ports, q: (r, n, ports, builder, kwargs, timeout_s, stack, q),
                                       deadline_s=timeout_s * 4)
     for r, p in enumerate(procs):
         results.setdefault(r, ("err", f"rank {r} exited with code {p.exitcode} without a result"))
@@ -223,7 +229,9 @@ JUDGES: dict[str, Callable[[dict[str, Any], int], list[str]]] = {
 }
 
 
-def _nothing_to_judge(rid: str, groups: list[dict[str, Any]]) -> str | None:
+def _nothing_to_judge(rid: str, groups: list[dict[str, Any]], stack: str) -> str | None:
+    if rid == "HINT-TORCHCOMMS-OPTIONS" and stack != "torchcomms":
+        return f"options become torchcomms hints on the torchcomms stack only, not on {stack} (--stack torchcomms)"
     if not groups:
         return "the builder created no groups"
     if rid == "QUAL-SUBGROUP-FILTER" and all(g["backend"] is None for g in groups):
@@ -233,7 +241,8 @@ def _nothing_to_judge(rid: str, groups: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def judge(results: dict[int, tuple[str, Any]], n: int, duration_s: float, target: str) -> list[Result]:
+def judge(results: dict[int, tuple[str, Any]], n: int, duration_s: float, target: str,
+          stack: str = "torchcomms") -> list[Result]:
     """One Result per judged requirement, over every rank's observations."""
     catalog = {r.id: r for r in load_catalog()}
     errors = {r: v for r, (s, v) in results.items() if s != "ok"}
@@ -249,7 +258,7 @@ def judge(results: dict[int, tuple[str, Any]], n: int, duration_s: float, target
             out.append(Result(outcome=Outcome.ERROR, detail=f"the builder failed: {detail}", ranks=ranks, **row))
             continue
         groups = results[0][1]
-        skip = _nothing_to_judge(rid, groups)
+        skip = _nothing_to_judge(rid, groups, stack)
         if skip:
             out.append(Result(outcome=Outcome.SKIP, detail=skip, **row))
             continue
@@ -267,16 +276,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kwargs", type=json.loads, default={}, help="keyword arguments for the builder, as JSON")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where framework-<name>.json/.md go")
     p.add_argument("--timeout", type=float, default=60.0, help="per-rank store and collective timeout (s)")
+    p.add_argument("--stack", choices=list(STACKS), default="",
+                   help="the NCCL stack the simulator models (default: what this torch's 'nccl' means)")
 
 
-def run(builder: str, world_size: int, kwargs: dict[str, Any], timeout_s: float = 60.0) -> list[Result]:
-    """Run the builder on ``world_size`` simulator ranks and judge its groups."""
+def run(builder: str, world_size: int, kwargs: dict[str, Any], timeout_s: float = 60.0,
+        stack: str = "") -> list[Result]:
+    """Run the builder on ``world_size`` simulator ranks modelling ``stack`` (default: what this torch's
+    ``nccl`` means) and judge its groups."""
+    stack = stack or default_stack()
     load_builder(builder)  # fail fast, in the parent, on a bad spec
     if not isinstance(kwargs, dict):
         raise ValueError(f"--kwargs must be a JSON object, got {kwargs!r}")
     start = time.monotonic()
-    results = run_ranks(builder, world_size, kwargs, timeout_s)
-    return judge(results, world_size, time.monotonic() - start, f"framework-{builder}")
+    results = run_ranks(builder, world_size, kwargs, timeout_s, stack)
+    return judge(results, world_size, time.monotonic() - start, f"framework-{builder}", stack)
 
 
 def cmd_framework(args: argparse.Namespace) -> int:
@@ -284,12 +298,13 @@ def cmd_framework(args: argparse.Namespace) -> int:
     from conformance.session import statements
 
     try:
-        results = run(args.builder, args.world_size, args.kwargs, args.timeout)
+        results = run(args.builder, args.world_size, args.kwargs, args.timeout, args.stack)
     except ValueError as exc:
         print(f"error: {exc}")
         return ExitCode.BAD_INPUT
     target = f"framework-{args.builder}"
-    report = build_report(target, results, collect_environment({"builder": args.builder, "kwargs": args.kwargs}))
+    extra = {"builder": args.builder, "kwargs": args.kwargs, "stack": args.stack or default_stack()}
+    report = build_report(target, results, collect_environment(extra))
     json_path, md_path = write_report(report, args.report_dir, statements())
     for r in results:
         print(f"{r.requirement:<26} {r.outcome:<6} {r.detail[:200]}")

@@ -1,7 +1,8 @@
 """The pytest front door: requirement x target x world size items, markers, options, reports.
 
 Options: ``--conformance-targets`` (default all: sim,gloo,nccl,torchcomms), ``--conformance-world-sizes``
-(default 2,4), ``--conformance-timeout`` (seconds per check), ``--conformance-report-dir`` (write
+(default 2,4), ``--conformance-timeout`` (seconds per check), ``--conformance-stack`` (the NCCL stack the sim
+target models; default what this torch's ``nccl`` means), ``--conformance-report-dir`` (write
 ``<target>.json``/``.md`` at the end; works under pytest-xdist, the controller writes them).
 Markers come from the target: ``gpu`` for every target whose class sets ``gpu`` (nccl, torchcomms, a
 vendor's GPU backend), else the name of a built-in target (``sim``, ``gloo``) or ``vendor``; and one per
@@ -28,6 +29,7 @@ from conformance.session import SuiteRun, finish_run, judge, load_bound_catalog,
 from conformance.spec import Requirement
 from conformance.targets import available_targets
 from conformance.targets.registry import BUILTIN, target_class
+from simulator.stacks import STACKS
 
 _PROPERTY = "conformance_result"
 
@@ -40,6 +42,7 @@ class Case:
     target: str
     world_size: int
     timeout_s: float
+    target_options: dict[str, Any] | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,6 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="comma-separated targets (default: every known target)")
     group.addoption("--conformance-world-sizes", default="2,4", help="comma-separated world sizes")
     group.addoption("--conformance-timeout", default="30", help="per-check timeout, seconds")
+    group.addoption("--conformance-stack", default="", choices=["", *STACKS],
+                    help="the NCCL stack the sim target models (default: what this torch's 'nccl' means)")
     group.addoption("--conformance-report-dir", default=None, help="write <target>.json/.md here")
 
 
@@ -66,6 +71,11 @@ def _kind(target: str) -> str:
     return "gpu" if gpu else target if target in BUILTIN else "vendor"
 
 
+def _target_options(target: str, stack: str) -> dict[str, Any] | None:
+    """The sim target's options for ``--conformance-stack``; None for every other target and by default."""
+    return {"stack": stack} if stack and target == "sim" else None
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``conformance_case`` over the catalog, the targets and the world sizes."""
     if "conformance_case" not in metafunc.fixturenames:
@@ -78,7 +88,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for req in load_bound_catalog():
         for target in targets:
             for n in sizes:
-                case = Case(req, target, n, timeout)
+                case = Case(req, target, n, timeout, _target_options(target, cfg.getoption("--conformance-stack")))
                 params.append(pytest.param(case, id=f"{req.id}-{target}-ws{n}", marks=_marks(case)))
     metafunc.parametrize("conformance_case", params)
 
@@ -94,7 +104,8 @@ def conformance_pools() -> Any:
 def run_item(case: Case, pools: PoolSet, request: pytest.FixtureRequest) -> None:
     """Run one case, record its result for the report (as it ran: the report judges it again, with the
     others), and map its outcome, judged as the report will state it, onto pytest's."""
-    ran = run_case(pools, case.requirement, case.target, case.world_size, timeout_s=case.timeout_s)
+    ran = run_case(pools, case.requirement, case.target, case.world_size, target_options=case.target_options,
+                   timeout_s=case.timeout_s)
     request.node.user_properties.append((_PROPERTY, json.dumps(ran.to_json())))
     (result,), _ = judge([ran], load_target_expectations(case.target))
     traces = "\n".join(f"--- rank {r.rank} ---\n{r.traceback}" for r in result.ranks if r.traceback)
@@ -114,8 +125,9 @@ def run_item(case: Case, pools: PoolSet, request: pytest.FixtureRequest) -> None
 class _Collector:
     """Gathers results from items (also from xdist workers) and writes one report per target at the end."""
 
-    def __init__(self, report_dir: Path) -> None:
+    def __init__(self, report_dir: Path, stack: str = "") -> None:
         self.report_dir = report_dir
+        self.stack = stack  # --conformance-stack, for the sim target's report
         self.runs: dict[str, SuiteRun] = {}
         self.started = now_iso()
         self.interrupted = False
@@ -141,7 +153,8 @@ class _Collector:
             self.interrupted = True
         for target, run in self.runs.items():
             run.interrupted = self.interrupted
-            write_report(finish_run(run, target).report, self.report_dir, statements())
+            write_report(finish_run(run, target, _target_options(target, self.stack)).report, self.report_dir,
+                         statements())
 
 
 def _validate_options(config: pytest.Config) -> None:
@@ -164,4 +177,5 @@ def pytest_configure(config: pytest.Config) -> None:
     report_dir = config.getoption("--conformance-report-dir", default=None)
     # Under pytest-xdist only the controller writes: it sees every worker's results; a worker sees a part.
     if report_dir and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(_Collector(Path(report_dir)), "conformance-collector")
+        collector = _Collector(Path(report_dir), config.getoption("--conformance-stack", default=""))
+        config.pluginmanager.register(collector, "conformance-collector")

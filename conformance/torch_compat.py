@@ -8,6 +8,7 @@ does on the running version.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -46,8 +47,24 @@ def split_refuses_unbound() -> bool:
     return not since("2.15")
 
 
-def defect_inapplicable(defect: str) -> str | None:
-    """Why a planted defect (simulator switch or front-end mutant) is none on the running torch, or None."""
+# Planted defects that are a stack's own design there, so they plant nothing on it.
+STACK_DESIGN: dict[str, dict[str, str]] = {
+    "nccl-lazy": {
+        "p2p_pair_comm_eager": "nccl-lazy runs P2P on 2-rank pair communicators under eager init by design "
+                               "(v2.15.0 distributed_c10d.py:880)",
+        "p2p_recv_ignores_source": "on nccl-lazy every receive is on a 2-rank pair communicator, where the one "
+                                   "sender is the named source",
+    },
+}
+# Stacks that send on one 2-rank communicator per peer pair by design.
+PAIR_P2P_STACKS = frozenset({"nccl-lazy"})
+
+
+def defect_inapplicable(defect: str, stack: str | None = None) -> str | None:
+    """Why a planted defect (simulator defect or front-end mutant) is none on the running torch (or, for a
+    simulator defect, on ``stack``), or None."""
+    if stack and (why := STACK_DESIGN.get(stack, {}).get(defect)):
+        return why
     if defect == "split_unbound_allowed" and not split_refuses_unbound():
         return (f"torch {TORCH} itself splits a parent with no bound device: the refusal this defect removes "
                 "is gone from split_group since 2.15 (v2.14.1 distributed_c10d.py:6610 was the last)")
@@ -65,3 +82,32 @@ def batch_coalesces_python_groups() -> bool:
     v2.13.0 :3049 ``type(group) is ProcessGroup``; v2.14.1 :3683 ``isinstance(group, ProcessGroup)``.
     """
     return since("2.14")
+
+
+# What the `nccl` backend string builds, by the first torch that builds it (one entry per change; a torch
+# 2.16 that changed it again would be one more line). v2.15.0 distributed_c10d.py:961-983 registers
+# `nccl` with _create_nccl2_process_group unless TORCH_DIST_USE_NCCL2=0 (:964), and registers the others
+# by name: nccl-legacy (:986), nccl2 (:1006), nccl-lazy (:1015); up to 2.14, `nccl` is ProcessGroupNCCL.
+NCCL_MEANS: dict[str, str] = {"0": "nccl-legacy", "2.15": "nccl2"}
+NCCL2_OPT_OUT = "TORCH_DIST_USE_NCCL2"
+
+
+def default_stack(environ: dict[str, str] | None = None, running: Version | None = None) -> str:
+    """The NCCL stack the running torch's ``nccl`` means: the simulator's and the reports' default stack."""
+    environ = dict(os.environ) if environ is None else environ
+    stack = next(name for first, name in sorted(NCCL_MEANS.items(), key=lambda kv: Version(kv[0]), reverse=True)
+                 if since(first, running))
+    return "nccl-legacy" if stack == "nccl2" and environ.get(NCCL2_OPT_OUT) == "0" else stack
+
+
+
+# Stacks whose process group has no perform_nocolor_split (v2.15.0 torch/_C/_distributed_c10d.pyi:1186-1210;
+# ProcessGroupNCCL has it, :940), which torch calls on every non-member of a new_group in a bound world
+# (v2.15.0 distributed_c10d.py:3020): there the non-members fail with "'ProcessGroupNCCL2' object has no
+# attribute 'perform_nocolor_split'", and subgroups are made with split_group (Megatron-LM PR 5385).
+NO_NONMEMBER_SPLIT = frozenset({"nccl2", "nccl-lazy"})
+
+
+def nonmember_new_group_works(stack: str | None) -> bool:
+    """Whether a bound world on ``stack`` can make a new_group that leaves some ranks out."""
+    return stack not in NO_NONMEMBER_SPLIT

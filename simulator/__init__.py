@@ -13,35 +13,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch.distributed as dist
-
-from simulator import defects, faults
+from simulator import defects, faults, stacks
 from simulator.backend import SimProcessGroup, SimSettings, creator
 from simulator.config import ConfigError, SimOptions
-from simulator.defects import Defects
+from simulator.defects import resolve
 from simulator.events import LOG
+from simulator.parts import register_backend
 from simulator.shim import bind_device, install, uninstall, virtual_device
 
 BACKEND_NAME = "sim"
 
 __all__ = [
-    "BACKEND_NAME", "LOG", "ConfigError", "Defects", "SimOptions", "SimProcessGroup", "SimSettings", "bind_device",
-    "defects", "faults", "register", "unregister", "virtual_device",
+    "BACKEND_NAME", "LOG", "ConfigError", "SimOptions", "SimProcessGroup", "SimSettings", "bind_device",
+    "defects", "faults", "register", "stacks", "unregister", "virtual_device",
 ]
 
 
-def register(name: str = BACKEND_NAME, *, path: str = "nccl", defects: Iterable[str] = ()) -> SimSettings:
+def register(name: str = BACKEND_NAME, *, stack: str = "nccl-legacy", defects: Iterable[str] = (),
+             consulted: set[str] | None = None) -> SimSettings:
     """Register the simulator with torch.distributed (extended API, device cpu) and install the shim.
 
-    ``path`` ("nccl" or "torchcomms") is the integration the worlds it creates model; ``defects`` are the
-    planted defects they have, with those named by SIM_DEFECTS in the environment now. Both are fixed here:
-    register again to change them. SIM_FAULT is read now too (``faults.arm``). Returns the settings registered.
+    ``stack`` (a name in ``simulator.stacks.STACKS``) is what the worlds it creates model; ``defects`` are the
+    planted defects they have, with those named by SIM_DEFECTS in the environment now (an unknown name is a
+    ValueError). Both are resolved here into the backend's classes (``simulator.defects.resolve``, which
+    also says what ``consulted`` records): register again to change them. SIM_FAULT is read now too
+    (``faults.arm``). Returns the settings registered.
     """
-    settings = SimSettings(path=path, defects=Defects.of(defects))
-    devices = None if settings.defects.on("register_devices_none") else ["cpu"]
-    dist.Backend.register_backend(name, creator(settings), extended_api=True, devices=devices)
-    if settings.defects.on("register_corrupts_maps"):
-        dist.Backend.default_device_backend_map["cuda"] = name
+    settings = resolve(stack, defects, consulted)
+    register_backend(name, creator(settings), settings.parts)
     faults.arm()
     install()
     return settings

@@ -15,11 +15,10 @@ import torch.distributed as dist
 
 from simulator import faults
 from simulator.comm import Communicator, release_namespace, rendezvous, root_store, world_namespace
-from simulator.config import ConfigError, SimOptions, options_to_hints, parse_hints
-from simulator.defects import NONE, Defects
-from simulator.errors import P2PMismatch
+from simulator.config import SimOptions, parse_hints
 from simulator.events import LOG
 from simulator.fabric import Fabric
+from simulator.parts import REFERENCE, Parts
 from simulator.work import SimWork
 
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
@@ -30,20 +29,21 @@ LAZY_P2P_WARNING = (
 )
 
 
-PATHS = ("nccl", "torchcomms")
-
-
 @dataclass(frozen=True)
 class SimSettings:
-    """What a simulator backend models, fixed when it is registered: the integration ``path`` ("nccl" or
-    "torchcomms") and its planted ``defects``. A world keeps its creator's; its subgroups keep the world's."""
+    """What a simulator backend models, fixed when it is registered (``simulator.defects.resolve``): the
+    ``stack`` it models, the planted ``defects`` by name, and the classes both resolve to (``group``, the
+    process group class; ``parts``, the rest). A world keeps its creator's; its subgroups keep the world's."""
 
-    path: str = "nccl"
-    defects: Defects = NONE
+    stack: str = "nccl-legacy"
+    defects: frozenset[str] = frozenset()
+    group: type[SimProcessGroup] | None = None
+    parts: Parts = REFERENCE
 
-    def __post_init__(self) -> None:
-        if self.path not in PATHS:
-            raise ValueError(f"simulator: path must be one of {', '.join(PATHS)}, got {self.path!r}")
+    @property
+    def group_class(self) -> type[SimProcessGroup]:
+        """The process group class worlds are made of."""
+        return self.group or SimProcessGroup
 
 
 def reduce_op_name(op: Any) -> str:
@@ -69,7 +69,7 @@ class SimProcessGroup(dist.ProcessGroup):
                  settings: SimSettings = SimSettings()) -> None:
         super().__init__(rank, size)
         self._settings = settings
-        self._defects = settings.defects
+        self._parts = settings.parts
         self._store = store
         self._comm_store = comm_store
         self._global_ranks = global_ranks
@@ -83,7 +83,6 @@ class SimProcessGroup(dist.ProcessGroup):
         self._is_world = is_world
         self._released = False
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
-        self._pair_ops: dict[tuple[int, int], int] = {}
         self._warned = False
         self._coalescing: list[tuple[Communicator, str, Callable[[Fabric], Any]]] | None = None
         self._name = ""
@@ -142,29 +141,35 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def effective_config(self) -> dict[str, Any]:
         """The config the group's communicator has (or will get at its lazy creation)."""
-        if not self._is_world and self._defects.on("newgroup_options_aliased"):
-            return self._effective_config(self._options, comm_name=self._name, warn=False)
         return self._comm.config if self._comm is not None else self._config
+
+    def creation_binding(self, bound: Any) -> Any:
+        """The device the group is bound to when created: the one torch bound it to (``device_id=``), if any."""
+        return bound
+
+    def splits_unbound(self) -> bool:
+        """Whether torch may split this group while the world has no bound device: no (torch <= 2.14 refuses
+        that split itself, v2.14.1 distributed_c10d.py:6610)."""
+        return False
 
     @property
     def settings(self) -> SimSettings:
-        """The path and planted defects this group's backend was created with."""
+        """The stack and planted defects this group's backend was created with."""
         return self._settings
 
     def _validate(self, options: SimOptions) -> None:
-        """Refuse invalid options (the invalid_options_accepted defect lets them through)."""
-        try:
-            options.validate()
-        except ConfigError:
-            if not self._defects.on("invalid_options_accepted"):
-                raise
+        """Refuse invalid options (a ConfigError naming key and value)."""
+        options.validate()
 
     def _warn_hint(self, message: str) -> None:
-        if not self._defects.on("unknown_hint_silent"):
-            LOG.warn(message, RuntimeWarning)
+        """Warn about a hint the communicator ignores."""
+        LOG.warn(message, RuntimeWarning)
 
     def _effective_config(self, options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
-        return effective_config(options, comm_name, self._settings, self._warn_hint if warn else None)
+        """The communicator config for ``options`` (unknown hints are warned about unless ``warn`` is off)."""
+        config = options.as_config()
+        config["hints"] = parse_hints(options.hints, comm_name, self._warn_hint if warn else None)
+        return config
 
     @property
     def communicator(self) -> Communicator | None:
@@ -178,8 +183,7 @@ class SimProcessGroup(dist.ProcessGroup):
             self._comm = self._bootstrap("eager", device=str(device))
 
     def _comm_base(self) -> str:
-        if self._defects.on("comm_id_by_members"):
-            return "m" + "_".join(map(str, self._global_ranks))
+        """The id of the group's communicator (pair communicators add to it): from the group's unique name."""
         return f"c{self._name[:10]}"
 
     def _bootstrap(self, mode: str, device: str | None = None) -> Communicator:
@@ -187,17 +191,19 @@ class SimProcessGroup(dist.ProcessGroup):
         rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
                    self._timeout_s, f"creating communicator {comm_id} ({mode})")
         self._release_namespace()  # every member has arrived, so read the world's uid
-        config = None
-        if mode == "lazy" and not self._is_world and self._defects.on("lazy_comm_default_config"):
-            config = self._effective_config(SimOptions(), comm_name=comm_id)
+        config = self._lazy_subgroup_config() if mode == "lazy" and not self._is_world else self._config
         return self._new_comm(comm_id, list(self._global_ranks), mode, device=device, config=config)
+
+    def _lazy_subgroup_config(self) -> dict[str, Any]:
+        """The config of a subgroup's communicator created lazily, at its first use: the group's own."""
+        return self._config
 
     def _new_comm(self, comm_id: str, members: list[int], mode: str, *, parent: str | None = None,
                   device: str | None = None, config: dict[str, Any] | None = None,
                   recorded: bool = True) -> Communicator:
         return Communicator(
             id=comm_id, members=members, rank=self.my_global_rank, mode=mode,
-            config=self._config if config is None else config, store=self._comm_store, defects=self._defects,
+            config=self._config if config is None else config, store=self._comm_store, parts=self._parts,
             timeout_s=self._timeout_s, prefix=self._prefix, parent=parent, device=device,
             root=self._root, namespace=self._namespace, recorded=recorded,
         )
@@ -218,8 +224,8 @@ class SimProcessGroup(dist.ProcessGroup):
         rendezvous(self._comm_store, f"{key}/arrive", me, parent.members, self._timeout_s,
                    f"split #{n} of communicator {parent.id}")
         outside = [m for m in members or () if m not in parent.members]
-        if outside:  # only reachable with the split_out_of_range_hang defect: wait for ranks that do not exist
-            rendezvous(self._comm_store, f"{key}/color", me, outside, self._timeout_s,
+        if outside:  # as in ncclCommSplit, the child waits for every member: one outside the parent never comes
+            rendezvous(self._comm_store, f"{key}/outside", me, outside, self._timeout_s,
                        f"split #{n} of communicator {parent.id} (ranks {outside} outside the parent)")
         colors = {r: json.loads(v) for r, v in
                   zip(parent.members, self._comm_store.multi_get([f"{key}/color/{r}" for r in parent.members]))}
@@ -232,46 +238,35 @@ class SimProcessGroup(dist.ProcessGroup):
                     )
         if members is None:
             return None
-        child_id = f"{parent.id}.s{n}r{members[0]}"
-        if self._defects.on("comm_id_by_members"):
-            child_id = "m" + "_".join(map(str, members))
-        if self._defects.on("split_fresh_bootstrap"):
-            rendezvous(self._comm_store, f"boot/{child_id}", me, members, self._timeout_s,
-                       f"creating communicator {child_id}")
-            return self._new_comm(child_id, members, "eager", device=parent.device, config=config)
-        device = None if self._defects.on("split_child_unbound") else parent.device
-        return self._new_comm(child_id, members, "split", parent=parent.id, device=device, config=config)
+        return self._split_child(parent, self._child_comm_id(parent, n, members), members, config)
+
+    def _child_comm_id(self, parent: Communicator, n: int, members: list[int]) -> str:
+        """The id of the child of split #``n`` of ``parent``: unique per split."""
+        return f"{parent.id}.s{n}r{members[0]}"
+
+    def _split_child(self, parent: Communicator, child_id: str, members: list[int],
+                     config: dict[str, Any]) -> Communicator:
+        """The child communicator of a split: split from ``parent``, on the parent's device."""
+        return self._new_comm(child_id, members, "split", parent=parent.id, device=parent.device, config=config)
 
     def perform_nocolor_split(self, device: Any) -> None:
         """Take part in a split (new_group under eager init) as a non-member."""
-        if self._defects.on("split_nonmember_raises"):
-            raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         self.split_comm(None, {})
 
     def split_group(self, ranks: list[int], timeout: Any = None, opts: Any = None, group_name: str = "",
                     group_desc: str = "", device_types: Any = None) -> SimProcessGroup | None:
         """torch.distributed.split_group's backend half: every parent rank calls it."""
         bad = [r for r in ranks if not 0 <= r < self.size()]
-        if bad and self._defects.on("split_refusal_anonymous"):
-            raise ValueError("simulator: invalid split")
-        if bad and not self._defects.on("split_out_of_range_hang"):
-            raise ValueError(
-                f"rank {self.my_global_rank}: split_group: ranks {bad} are outside the parent group "
-                f"of size {self.size()} (valid group ranks are 0..{self.size() - 1})"
-            )
+        if bad:
+            self._refuse_outside(bad)
         member = self.rank() in ranks
-        if not member and self._defects.on("split_nonmember_raises"):
-            raise RuntimeError(f"Current rank {self.rank()} is not included in the provided ranks list")
         options = self._child_options(opts)
         config = self._child_config(options, opts)
-        # in the caller's order: torch >= 2.14 keeps it (v2.15.0 distributed_c10d.py:6815), 2.13 sorts first
-        members = [self._global_ranks[r] if r < self.size() else 10**6 + r for r in ranks]
-        if self._defects.on("split_ranks_as_global"):
-            members = list(ranks)
+        members = self._split_members(ranks)
         comm = self.split_comm(members if member else None, config)
         if comm is None:
             return None
-        child = SimProcessGroup(
+        child = type(self)(
             dist.PrefixStore(f"{group_name}/", self._comm_store), ranks.index(self.rank()), len(ranks),
             members, options, _timeout_s(timeout) if timeout else self._timeout_s,
             comm_store=self._comm_store, prefix=self._prefix, root=self._root, namespace=self._namespace, comm=comm,
@@ -280,18 +275,28 @@ class SimProcessGroup(dist.ProcessGroup):
         child.setGroupName(group_name)
         return child
 
+    def _refuse_outside(self, bad: list[int]) -> None:
+        """Refuse a split naming the ranks outside this group and its size."""
+        raise ValueError(
+            f"rank {self.my_global_rank}: split_group: ranks {bad} are outside the parent group "
+            f"of size {self.size()} (valid group ranks are 0..{self.size() - 1})"
+        )
+
+    def _split_members(self, ranks: list[int]) -> list[int]:
+        """The global ranks of a split's members, from its group ranks, in the caller's order (torch >= 2.14
+        keeps it, v2.15.0 distributed_c10d.py:6815; 2.13 sorts first)."""
+        return [self._global_ranks[r] for r in ranks]
+
     def _child_options(self, opts: Any) -> SimOptions:
-        if self._defects.on("options_aliased") and (opts is None or opts == self._options):
-            return self._options
-        if self._defects.on("split_drops_options") or opts is None:
-            return SimOptions() if self._defects.on("split_drops_options") else copy.deepcopy(self._options)
+        """A split child's options: those given, else a deep copy of this group's."""
+        if opts is None:
+            return copy.deepcopy(self._options)
         if not isinstance(opts, SimOptions):
             raise TypeError(f"simulator: pg_options must be simulator.SimOptions, got {type(opts).__name__}")
         return opts
 
     def _child_config(self, options: SimOptions, opts: Any) -> dict[str, Any]:
-        if self._defects.on("options_aliased") and options is self._options:
-            return self.effective_config()
+        """A split child's communicator config, from its options (validated)."""
         self._validate(options)
         return self._effective_config(options, comm_name="split")
 
@@ -320,25 +325,14 @@ class SimProcessGroup(dist.ProcessGroup):
     def _launch(self, op: str, fn: Callable[[Fabric], Any], ops: int = 1, coalesced: bool = False,
                 outputs: list[Any] | None = None, p2p: bool = False) -> SimWork:
         faults.maybe_inject(self.my_global_rank, op)
-        return SimWork(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs, p2p=p2p,
-                       defects=self._defects)
+        work = self._parts.p2p_work if p2p else self._parts.work
+        return work(self._main_comm().launch(op, fn, ops=ops, coalesced=coalesced), outputs=outputs)
 
     def _coalesced(self, op: str, run: Callable[[Fabric, slice], Any], count: int, async_op: bool,
                    outputs: list[torch.Tensor] | None = None) -> SimWork | None:
         """One launch, one exchange for a whole coalesced block (``run(fabric, which_ops)``)."""
-        if self._defects.on("coalesced_drops_tail"):
-            count = min(count, 1)
-        if self._defects.on("coalesced_block_cap"):
-            count = min(count, 8)
-        if self._defects.on("coalesced_per_op_launch"):
-            works = [self._launch(op, lambda f, i=i: run(f, slice(i, i + 1)), outputs=outputs) for i in range(count)]
-            work = works[-1] if works else None
-        else:
-            work = self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True,
-                                outputs=outputs)
-        if async_op and self._defects.on("coalesced_async_no_works"):
-            return None
-        return work
+        return self._launch(f"{op}_coalesced", lambda f: run(f, slice(0, count)), ops=count, coalesced=True,
+                            outputs=outputs)
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """In-place all-reduce."""
@@ -390,7 +384,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """Broadcast from opts.rootRank (group rank)."""
-        root = 0 if self._defects.on("broadcast_root_zero") else opts.rootRank
+        root = opts.rootRank
         return self._launch("broadcast", lambda f: f.broadcast(tensors, root), outputs=tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
@@ -400,8 +394,6 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> SimWork:
         """Barrier over the group communicator."""
-        if self._defects.on("barrier_no_wait"):
-            return self._launch("barrier", lambda f: None)
         return self._launch("barrier", lambda f: f.barrier())
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
@@ -447,41 +439,44 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # --- point to point -----------------------------------------------------------------------
     def _warn_lazy_p2p(self) -> None:
-        if self._defects.on("p2p_warn_missing"):
-            return
-        if self._defects.on("p2p_warn_once_per_process") and any(
-                e["message"] == LAZY_P2P_WARNING for e in LOG.events("warning")):
-            return
-        if not self._warned or self._defects.on("p2p_warn_repeated"):
+        """Warn, once per group, that lazily initialised P2P creates pair communicators."""
+        if not self._warned:
             self._warned = True
             LOG.warn(LAZY_P2P_WARNING)
 
+    @staticmethod
+    def _pair(me: int, peer: int) -> tuple[int, int]:
+        return (min(me, peer), max(me, peer))
+
     def _p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:
-        me, peer = self.my_global_rank, self._global_ranks[peer_group_rank]
-        pair = (min(me, peer), max(me, peer))
-        stream = f"p2p:{pair[0]}-{pair[1]}"
-        hidden = self._comm is not None and self._defects.on("p2p_pair_comm_unlogged")
-        if self._comm is not None and not self._defects.on("p2p_pair_comm_eager") and not hidden:
-            return self._comm, self._comm.local(peer), stream
-        if self._comm is None:
-            self._warn_lazy_p2p()
-        base = f"{self._comm_base()}.p{pair[0]}x{pair[1]}"
-        if self._defects.on("p2p_comm_per_op"):
-            self._pair_ops[pair] = self._pair_ops.get(pair, 0) + 1
-            comm = self._new_comm(f"{base}.{self._pair_ops[pair]}", list(pair), "p2p")
-            self._pair_comms[(pair[0], -self._pair_ops[pair])] = comm
+        """(communicator, the peer's rank in it, stream) for P2P with a group rank: the group communicator
+        once there is one, else the pair's lazily created 2-rank communicator."""
+        peer = self._global_ranks[peer_group_rank]
+        pair = self._pair(self.my_global_rank, peer)
+        if self._comm is not None:
+            comm = self._comm
         else:
-            if pair not in self._pair_comms:
-                self._pair_comms[pair] = self._new_comm(base, list(pair), "p2p", recorded=not hidden)
-            comm = self._pair_comms[pair]
-        return comm, comm.local(peer), stream
+            self._warn_lazy_p2p()
+            comm = self._pair_comm(pair)
+        return comm, comm.local(peer), f"p2p:{pair[0]}-{pair[1]}"
+
+    def _pair_comm(self, pair: tuple[int, int], recorded: bool = True) -> Communicator:
+        """The 2-rank communicator of ``pair``, created on its first use."""
+        if pair not in self._pair_comms:
+            self._pair_comms[pair] = self._new_comm(f"{self._comm_base()}.p{pair[0]}x{pair[1]}", list(pair), "p2p",
+                                                    recorded=recorded)
+        return self._pair_comms[pair]
+
+    def _refuse_peer(self, op: str, peer: int) -> None:
+        """Refuse P2P with an invalid group rank (this rank's own, or outside the group)."""
+        what = "destination" if op == "send" else "source"
+        raise ValueError(f"rank {self.my_global_rank}: {op}: invalid {what} group rank {peer} "
+                         f"(group of size {self.size()}, own rank {self.rank()})")
 
     def _p2p(self, op: str, peer: int, fn: Callable[[Fabric, int], Any],
              tensors: list[torch.Tensor] | None = None) -> SimWork | None:
-        if (peer == self.rank() or not 0 <= peer < self.size()) and not self._defects.on("p2p_peer_unchecked"):
-            what = "destination" if op == "send" else "source"
-            raise ValueError(f"rank {self.my_global_rank}: {op}: invalid {what} group rank {peer} "
-                             f"(group of size {self.size()}, own rank {self.rank()})")
+        if peer == self.rank() or not 0 <= peer < self.size():
+            self._refuse_peer(op, peer)
         faults.maybe_inject(self.my_global_rank, op)
         comm, local_peer, stream = self._p2p_comm(peer)
         if op == "recv":  # posted now, in program order: rendezvous sends wait for this
@@ -490,7 +485,7 @@ class SimProcessGroup(dist.ProcessGroup):
             self._coalescing.append((comm, op, lambda f, lp=local_peer: fn(f, lp)))
             return None
         fut = comm.launch(op, lambda f: fn(f, local_peer), stream=stream)
-        return SimWork(fut, source_rank=peer, p2p=True, outputs=tensors, defects=self._defects)
+        return self._parts.p2p_work(fut, source_rank=peer, outputs=tensors)
 
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int = 0) -> SimWork | None:
         """Buffered send to group rank dstRank."""
@@ -502,14 +497,14 @@ class SimProcessGroup(dist.ProcessGroup):
         t = tensors[0]
 
         def receive(f: Fabric, peer: int) -> int:
-            try:
-                f.recv(t, peer, tag)
-            except P2PMismatch:
-                if not self._defects.on("p2p_mismatch_silent"):
-                    raise
+            self._receive(f, t, peer, tag)
             return srcRank
 
         return self._p2p("recv", srcRank, receive, tensors)
+
+    def _receive(self, fabric: Fabric, tensor: torch.Tensor, peer: int, tag: int) -> None:
+        """Receive into ``tensor`` from the communicator's rank ``peer`` (a size or dtype mismatch raises)."""
+        fabric.recv(tensor, peer, tag)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
         """Receive from whichever rank sends first (needs the group communicator)."""
@@ -522,11 +517,14 @@ class SimProcessGroup(dist.ProcessGroup):
         comm.fabric.post_receive(None)
         t = tensors[0]
         def any_source(f: Fabric) -> int:
-            src = self._global_ranks.index(comm.members[f.recv(t, None, tag)])
-            return 0 if self._defects.on("p2p_anysource_wrong_rank") else src
+            return self._source_group_rank(comm, f.recv(t, None, tag))
 
         fut = comm.launch("recv", any_source, stream="p2p:any")
-        return SimWork(fut, p2p=True, outputs=tensors, defects=self._defects)
+        return self._parts.p2p_work(fut, outputs=tensors)
+
+    def _source_group_rank(self, comm: Communicator, local: int) -> int:
+        """The group rank of the sender a receive from any source matched (``local``: its rank in ``comm``)."""
+        return self._global_ranks.index(comm.members[local])
 
     def _start_coalescing(self, device: Any) -> None:
         self._coalescing = []
@@ -534,40 +532,24 @@ class SimProcessGroup(dist.ProcessGroup):
     def _end_coalescing(self, device: Any) -> SimWork:
         """One launch per communicator the block's P2P ops use (the group's, or lazy pair ones),
         sends before receives; every receive was posted when issued, so rendezvous sends complete."""
-        ops, self._coalescing = self._coalescing or [], None
-        # torch >= 2.14 coalesces batch_isend_irecv for Python groups too (v2.14.1 distributed_c10d.py:3683),
-        # so the batch's work is a P2P work and the per-op launch defect applies to it as well
-        ordered = [o for o in ops if o[1] == "send"] + [o for o in ops if o[1] == "recv"]
-        if self._defects.on("coalesced_per_op_launch"):
-            works = [SimWork(comm.launch("p2p", fn), p2p=True, defects=self._defects) for comm, _, fn in ordered]
-            return works[-1]
+        # torch >= 2.14 coalesces batch_isend_irecv for Python groups too (v2.14.1 distributed_c10d.py:3683)
+        ordered = self._end_block()
         by_comm: dict[str, tuple[Communicator, list[Callable[[Fabric], Any]]]] = {}
         for comm, _, fn in ordered:
             by_comm.setdefault(comm.id, (comm, []))[1].append(fn)
         if not by_comm or (self._comm is not None and list(by_comm) == [self._comm.id]):
             fns = [fn for _, _, fn in ordered]
-            return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in fns], ops=len(ops), coalesced=True,
+            return self._launch("p2p_coalesced", lambda f: [fn(f) for fn in fns], ops=len(fns), coalesced=True,
                                 p2p=True)
         futures = [comm.launch("p2p_coalesced", lambda f, fns=fns: [fn(f) for fn in fns], ops=len(fns), coalesced=True)
                    for comm, fns in by_comm.values()]
         every = torch.futures.collect_all(futures).then(lambda done: [f.value() for f in done.value()])
-        return SimWork(every, p2p=True, defects=self._defects)  # value() re-raises the first launch error
+        return self._parts.p2p_work(every)  # value() re-raises the first launch error
 
-
-def effective_config(options: SimOptions, comm_name: str, settings: SimSettings,
-                     warn: Callable[[str], None] | None) -> dict[str, Any]:
-    """The communicator config for ``options`` on ``settings.path`` (NCCL or torchcomms); unknown hints are
-    reported through ``warn`` (None drops them silently)."""
-    if settings.path == "torchcomms":
-        if settings.defects.on("torchcomms_drops_options"):
-            hints: dict[str, str] = {}
-        else:
-            key = "net_name" if settings.defects.on("hint_net_name_snake") else "netName"
-            hints = options_to_hints(options, net_name_key=key)
-        return {"hints": parse_hints(hints, comm_name, warn)}
-    config = options.as_config()
-    config["hints"] = parse_hints(options.hints, comm_name, warn)
-    return config
+    def _end_block(self) -> list[tuple[Communicator, str, Callable[[Fabric], Any]]]:
+        """The ops queued since ``_start_coalescing``, sends before receives; ends the block."""
+        ops, self._coalescing = self._coalescing or [], None
+        return [o for o in ops if o[1] == "send"] + [o for o in ops if o[1] == "recv"]
 
 
 def creator(settings: SimSettings) -> Callable[[Any, Any], SimProcessGroup]:
@@ -589,25 +571,25 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
     replaced = getattr(common, "process_group", None)
     bound = replaced.bound_device_id if replaced is not None else None
     if is_world:
-        if pg_options is not None and settings.defects.on("init_drops_options"):
-            pg_options = None
+        if pg_options is not None:
+            pg_options = settings.parts.creator.world_options(pg_options)
         prefix, namespace = world_namespace(store, rank)
         root = root_store(store)
         comm_store = dist.PrefixStore(namespace, root) if root is not None else store
-        world = SimProcessGroup(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
-                                prefix=prefix, root=root, namespace=namespace if root is not None else "",
-                                is_world=True, settings=settings)
-        world.bound_device_id = bound
+        world = settings.group_class(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
+                                     prefix=prefix, root=root, namespace=namespace if root is not None else "",
+                                     is_world=True, settings=settings)
+        world.bound_device_id = world.creation_binding(bound)
         return world
     world = dist.distributed_c10d._get_default_group()
     if not isinstance(world, SimProcessGroup):
         raise RuntimeError("simulator: a 'sim' subgroup needs a 'sim' default group")
     options = pg_options
-    if options is not None and world.settings.defects.on("split_drops_options"):
-        options = None
-    group = SimProcessGroup(store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store,
-                            prefix=world._prefix, root=world._root, namespace=world._namespace,
-                            settings=world.settings)
+    if options is not None:
+        options = world.settings.parts.creator.subgroup_options(options)
+    group = type(world)(store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store,
+                        prefix=world._prefix, root=world._root, namespace=world._namespace,
+                        settings=world.settings)
     group.bound_device_id = bound
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())

@@ -33,7 +33,7 @@ class ListCollectives:
     if TYPE_CHECKING:  # provided by Fabric
         n: int
         me: int
-        defects: Any
+        kernel: Any
         _coll_lock: Any
         control: ControlPlane
 
@@ -120,7 +120,7 @@ class ListCollectives:
         with self._coll_lock:
             o = self._begin("reduce_scatter", f"reduce_scatter({tdesc(output)}, {op})", err, inputs)
             reduce_into(output, [self._view(o, j, self.me, output).view(output.shape) for j in range(self.n)], op,
-                        self.defects)
+                        self.kernel)
 
     def all_gather_coalesced(self, outputs: list[list[Tensor]], inputs: list[Tensor]) -> None:
         """outputs[j][k] := rank j's inputs[k] (torch's allgather_coalesced layout), in one exchange."""

@@ -13,10 +13,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from simulator.defects import NONE, Defects
 from simulator.errors import RankTimeout
 from simulator.events import LOG
 from simulator.fabric import Fabric
+from simulator.parts import REFERENCE, Parts
 from simulator.stream import Stream
 
 MAIN_STREAM = "main"
@@ -115,10 +115,10 @@ class Communicator:
     streams: dict[str, Stream] = field(default_factory=dict)
     fabric: Fabric | None = None
     recorded: bool = True
-    defects: Defects = NONE
+    parts: Parts = REFERENCE
 
     def __post_init__(self) -> None:
-        self.fabric = Fabric(
+        self.fabric = self.parts.fabric(
             dist.PrefixStore(f"comm/{self.id}/", self.store),
             self.id,
             self.members,
@@ -127,7 +127,8 @@ class Communicator:
             self.prefix,
             root=self.root,
             prefixes=(self.namespace, f"comm/{self.id}/"),
-            defects=self.defects,
+            kernel=self.parts.kernel,
+            p2p=self.parts.p2p,
         )
         if not self.recorded:  # only the p2p_pair_comm_unlogged defect creates unrecorded communicators
             return

@@ -29,11 +29,10 @@ from torch import Tensor
 from simulator import shm
 from simulator.collectives import ListCollectives
 from simulator.control import ControlPlane
-from simulator.defects import NONE, Defects
 from simulator.errors import CollectiveMismatch, SimError
 from simulator.p2p import P2PPlane
 from simulator.payload import from_text, layout, nbytes, pack, pack_into, tdesc, to_text, typed
-from simulator.reduction import dtype_name, reduce_into, unsupported
+from simulator.reduction import KERNEL, Kernel, dtype_name, reduce_into, unsupported
 from simulator.slots import SlotPlane
 from simulator.wire import OpMeta, Splits
 
@@ -54,7 +53,7 @@ def _block_bytes(n: int) -> int:
     return max(16 << 10, min(256 << 10, (1 << 20) // n))
 
 
-def _reduce_chunk(out: Tensor, srcs: list[Tensor], own: int, publish: Tensor, op: str, defects: Defects) -> None:
+def _reduce_chunk(out: Tensor, srcs: list[Tensor], own: int, publish: Tensor, op: str, kernel: Kernel) -> None:
     """reduce_into over flat ``out``, block by block, so that the running result stays in cache; each
     reduced block is also copied to ``publish`` (this rank's slot, where peers gather it) while in cache.
 
@@ -70,7 +69,7 @@ def _reduce_chunk(out: Tensor, srcs: list[Tensor], own: int, publish: Tensor, op
         blocks = [s[a:b] for s in srcs]
         if scratch is not None:
             blocks[own] = scratch[:b - a].copy_(blocks[own])
-        reduce_into(out[a:b], blocks, op, defects)
+        reduce_into(out[a:b], blocks, op, kernel)
         publish[a:b].copy_(out[a:b])
 
 
@@ -106,8 +105,8 @@ class Fabric(ListCollectives):
 
     def __init__(self, store: dist.Store, comm_id: str, members: list[int], my_rank: int,
                  timeout_s: float, shm_prefix: str, *, root: dist.Store | None = None,
-                 prefixes: tuple[str, ...] = (), defects: Defects = NONE):
-        self.defects = defects  # the planted defects of the backend this communicator belongs to
+                 prefixes: tuple[str, ...] = (), kernel: Kernel = KERNEL, p2p: type[P2PPlane] = P2PPlane):
+        self.kernel = kernel  # the reduction kernel of the backend this communicator belongs to
         self.control = ControlPlane(store, comm_id, members, my_rank, timeout_s, root=root, prefixes=prefixes)
         self.me, self.n = self.control.me, self.control.n
         self.seq = 0
@@ -118,7 +117,7 @@ class Fabric(ListCollectives):
         shm.sweep_dead_once()  # leftovers of processes that died without closing their communicators
         self._coll_lock = threading.Lock()
         self.slots = SlotPlane(self.control, stem)
-        self.p2p = P2PPlane(self.control, stem, defects)
+        self.p2p = p2p(self.control, stem)
 
     # ----------------------------------------------------------------- helpers
     def _slot(self, op: _Op, j: int) -> Tensor | None:
@@ -187,7 +186,7 @@ class Fabric(ListCollectives):
             srcs = [self._view(o, j, k, t) for j in range(self.n)]
             if k not in splits:
                 if gets_result:
-                    reduce_into(t, [v.view(t.shape) for v in srcs], op, self.defects)
+                    reduce_into(t, [v.view(t.shape) for v in srcs], op, self.kernel)
                 continue
             lo, hi = splits[k]
             chunk = [v[lo:hi] for v in srcs]
@@ -195,7 +194,7 @@ class Fabric(ListCollectives):
                 chunk[self.me] = t.view(-1)[lo:hi]
             work = t if gets_result and t.is_contiguous() else None
             target = work.view(-1)[lo:hi] if work is not None else torch.empty(hi - lo, dtype=t.dtype)
-            _reduce_chunk(target, chunk, self.me, srcs[self.me][lo:hi], op, self.defects)
+            _reduce_chunk(target, chunk, self.me, srcs[self.me][lo:hi], op, self.kernel)
             chunked.append((t, srcs, work))
         if not chunked:
             return
@@ -216,6 +215,14 @@ class Fabric(ListCollectives):
                     flat[lo:hi].copy_(srcs[j][lo:hi])
             if full is not t:
                 t.copy_(full)
+
+    def _own_shard(self) -> int:
+        """The shard of a reduce_scatter this rank receives: its own."""
+        return self.me
+
+    def _block_offset(self, sends: list[int]) -> int:
+        """Where this rank's block starts in a sender's all_to_all_single input, given its split sizes."""
+        return sum(sends[:self.me])
 
     # ------------------------------------------------------------ collectives
     def all_reduce(self, tensors: list[Tensor], op: str) -> None:
@@ -275,12 +282,12 @@ class Fabric(ListCollectives):
         pairs = ", ".join(f"{tdesc(i)}->{tdesc(o)}" for o, i in zip(outputs, inputs, strict=False))
         with self._coll_lock:
             o = self._begin("reduce_scatter_tensor", f"reduce_scatter_tensor({pairs}, {op})", err, inputs)
-            shard = (self.me + 1) % self.n if self.defects.on("reduce_scatter_wrong_shard") else self.me
+            shard = self._own_shard()
             for k, (out, inp) in enumerate(zip(outputs, inputs, strict=True)):
                 m = out.numel()
                 srcs = [self._view(o, j, k, inp)[shard * m:(shard + 1) * m].view(out.shape)
                         for j in range(self.n)]
-                reduce_into(out, srcs, op, self.defects)
+                reduce_into(out, srcs, op, self.kernel)
 
     def broadcast(self, tensors: list[Tensor], root: int) -> None:
         """Copy the root's tensors into every rank's tensors."""
@@ -326,7 +333,7 @@ class Fabric(ListCollectives):
             flat, pos = full.view(-1), 0
             for j in range(self.n):
                 count = sends[j][self.me]
-                first = self.me * count if self.defects.on("alltoall_even_offsets") else sum(sends[j][:self.me])
+                first = self._block_offset(sends[j])
                 src = typed(self._slot(o, j), 0, input.dtype, (first + count) * row)[first * row:]
                 flat[pos * row:(pos + count) * row].copy_(src)
                 pos += count

@@ -17,7 +17,6 @@ from torch import Tensor
 
 from simulator import rendezvous, shm
 from simulator.control import ControlPlane
-from simulator.defects import Defects
 from simulator.dtypes import dtype_from_name
 from simulator.errors import P2PMismatch, RankTimeout, SimError
 from simulator.events import LOG
@@ -33,10 +32,9 @@ class P2PPlane:
     """Send and receive of one communicator on one rank; threads serving different peers may use it
     concurrently."""
 
-    def __init__(self, control: ControlPlane, stem: str, defects: Defects) -> None:
+    def __init__(self, control: ControlPlane, stem: str) -> None:
         self._ctl = control
         self._stem = stem
-        self.defects = defects  # the planted defects of the backend this communicator belongs to
         n = control.n
         self._lock = threading.Lock()
         self._sent = [0] * n
@@ -94,8 +92,6 @@ class P2PPlane:
         ctl = self._ctl
         if ctl.closed:
             raise SimError(f"{ctl.where()}: recv on rank {ctl.g(ctl.me)} after close()")
-        if self.defects.on("p2p_recv_ignores_source"):
-            src = None
         srcs = list(range(ctl.n)) if src is None else [src]
         deadline = time.monotonic() + ctl.timeout_s
         delay = 5e-5

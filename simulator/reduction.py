@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from simulator.defects import NONE, Defects
-
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -41,19 +39,48 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def accum_dtype(dtype: torch.dtype, op: str, defects: Defects = NONE) -> torch.dtype:
-    """Return the dtype in which `op` accumulates contributions of `dtype`."""
-    if op in ("sum", "avg", "product") and dtype in _LOW_PRECISION:
-        return torch.float32
-    if op in ("sum", "avg") and dtype == torch.int64 and defects.on("int_sum_via_float32"):
-        return torch.float32
-    return dtype
+class Kernel:
+    """The reduction kernel: combines per-rank contributions, one method per step (a planted defect is a
+    subclass overriding one of them, see ``simulator/flaws.py``)."""
+
+    def accum_dtype(self, dtype: torch.dtype, op: str) -> torch.dtype:
+        """Return the dtype in which `op` accumulates contributions of `dtype`."""
+        if op in ("sum", "avg", "product") and dtype in _LOW_PRECISION:
+            return torch.float32
+        return dtype
+
+    def binary(self, dtype: torch.dtype, op: str) -> Callable[..., Tensor]:
+        """The elementwise function that combines two contributions."""
+        return _BOOL_BINARY[op] if dtype == torch.bool else _BINARY[op]
+
+    def average(self, acc: Tensor, count: int) -> None:
+        """Turn the sum of ``count`` contributions in ``acc`` into their average."""
+        acc.div_(count)
+
+    def reduce_into(self, out: Tensor, srcs: Sequence[Tensor], op: str) -> None:
+        """Write op(srcs[0], srcs[1], ...) into `out`, combining left to right (rank order).
+
+        `srcs` must have out's shape and dtype and must not alias `out`.
+        """
+        acc_dtype = self.accum_dtype(out.dtype, op)
+        acc = out if acc_dtype == out.dtype else torch.empty(out.shape, dtype=acc_dtype)
+        fn = self.binary(out.dtype, op)
+        if len(srcs) == 1:
+            acc.copy_(srcs[0])
+        elif acc is out:
+            fn(srcs[0], srcs[1], out=acc)
+        else:
+            acc.copy_(srcs[0])
+            fn(acc, srcs[1], out=acc)
+        for src in srcs[2:]:
+            fn(acc, src, out=acc)
+        if op == "avg":
+            self.average(acc, len(srcs))
+        if acc is not out:
+            out.copy_(acc)
 
 
-def _binary(dtype: torch.dtype, op: str, defects: Defects) -> Callable[..., Tensor]:
-    if op in ("min", "max") and defects.on("minmax_swapped"):
-        op = "max" if op == "min" else "min"
-    return _BOOL_BINARY[op] if dtype == torch.bool else _BINARY[op]
+KERNEL = Kernel()
 
 
 @functools.cache
@@ -73,25 +100,6 @@ def unsupported(dtype: torch.dtype, op: str) -> str | None:
     return None
 
 
-def reduce_into(out: Tensor, srcs: Sequence[Tensor], op: str, defects: Defects = NONE) -> None:
-    """Write op(srcs[0], srcs[1], ...) into `out`, combining left to right (rank order).
-
-    `srcs` must have out's shape and dtype and must not alias `out`; ``defects`` are the planted defects of
-    the communicator reducing.
-    """
-    acc_dtype = accum_dtype(out.dtype, op, defects)
-    acc = out if acc_dtype == out.dtype else torch.empty(out.shape, dtype=acc_dtype)
-    fn = _binary(out.dtype, op, defects)
-    if len(srcs) == 1:
-        acc.copy_(srcs[0])
-    elif acc is out:
-        fn(srcs[0], srcs[1], out=acc)
-    else:
-        acc.copy_(srcs[0])
-        fn(acc, srcs[1], out=acc)
-    for src in srcs[2:]:
-        fn(acc, src, out=acc)
-    if op == "avg" and not defects.on("avg_as_sum"):
-        acc.div_(len(srcs))
-    if acc is not out:
-        out.copy_(acc)
+def reduce_into(out: Tensor, srcs: Sequence[Tensor], op: str, kernel: Kernel = KERNEL) -> None:
+    """Write op(srcs[0], srcs[1], ...) into `out` with ``kernel`` (the communicator's; default the reference)."""
+    kernel.reduce_into(out, srcs, op)

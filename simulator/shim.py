@@ -165,7 +165,7 @@ def _split_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
     if not _is_sim(parent):
         return original(*args, **kwargs)
     with contextlib.ExitStack() as stack:
-        if default.bound_device_id is None and parent.settings.defects.on("split_unbound_allowed"):
+        if default.bound_device_id is None and parent.splits_unbound():
             default.bound_device_id = virtual_device()
             stack.callback(setattr, default, "bound_device_id", None)
         stack.enter_context(virtual_accelerator())

@@ -15,8 +15,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from simulator.defects import NONE, Defects
-
 
 def _outputs_of(done: torch.futures.Future, outputs: list[Any]) -> list[Any]:
     done.value()  # re-raises the launch's error into the result future
@@ -27,25 +25,20 @@ class SimWork(dist.Work):
     """A launch in flight on a simulator stream.
 
     ``future`` completes when the launch has run (its value is the launch's own return value);
-    ``outputs`` are the tensors the op writes, which the Work's future (``get_future``) holds; ``defects``
-    are the planted defects of the backend that launched it.
+    ``outputs`` are the tensors the op writes, which the Work's future (``get_future``) holds.
     """
 
-    def __init__(self, future: torch.futures.Future, source_rank: int = -1, *, p2p: bool = False,
-                 outputs: list[Any] | None = None, defects: Defects = NONE) -> None:
+    def __init__(self, future: torch.futures.Future, source_rank: int = -1, *,
+                 outputs: list[Any] | None = None) -> None:
         super().__init__()
-        self._defects = defects
         self._future = future
         self._source = source_rank
-        self._p2p = p2p
         self._outputs = list(outputs or [])
         self._result: torch.futures.Future | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Block until every op of the launch has completed (at most ``timeout``, if one is given and
         non-zero); re-raise its error."""
-        if self._p2p and self._defects.on("batch_wait_no_wait"):
-            return True
         if timeout is not None and timeout.total_seconds() > 0:
             deadline = time.monotonic() + timeout.total_seconds()
             while not self._future.done():

@@ -29,6 +29,7 @@ from conformance.checks.common import (
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import NotObservable, Skipped
 from conformance.probe import observing
+from conformance.torch_compat import PAIR_P2P_STACKS
 
 
 def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int,
@@ -117,6 +118,9 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     created = new_comms(ctx, since)
     if not created:
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
+        stack = ctx.target.target.stack
+        ctx.expect(stack not in PAIR_P2P_STACKS, f"communicators made by lazy P2P on stack {stack}, which sends on "
+                   "one 2-rank communicator per peer pair", "one per pair", "none")
         raise Skipped(f"target {ctx.target.name} made no communicator for lazy P2P (its group communicator "
                       "serves P2P): the requirement applies to backends that make pair communicators")
     require_fields(ctx, created, "members", "mode")

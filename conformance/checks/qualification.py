@@ -147,8 +147,12 @@ def oot_registration(ctx: CheckContext) -> None:
 
 @check("QUAL-OOT-CREATOR-ARGS")
 def oot_creator_args(ctx: CheckContext) -> None:
-    """The creator receives store, ranks, size, timeout, group id, global ranks and pg_options untouched."""
-    world = ctx.init_world("lazy")
+    """The creator receives store, ranks, size, timeout, group id, global ranks and pg_options untouched.
+
+    What the creator receives is torch's front end's doing, whatever the world's backend: the world is an
+    unbound gloo one, where torch splits nothing for another backend's group on any stack (a bound world on
+    torch 2.13 makes non-members no-colour split the world's communicator, v2.13.0 distributed_c10d.py:2057)."""
+    world = ctx.init_world("lazy", backend="cpu:gloo")
     seen: list[tuple[Any, Any]] = []
     dist.Backend.register_backend("cfmrec", _recording_creator(seen), extended_api=True, devices=["cpu"])
     options = object()

@@ -14,6 +14,7 @@ from conformance.outcomes import CheckFailed
 from conformance.probe import Probe
 from conformance.spec import AREAS, Requirement, SpecError
 from conformance.targets.base import Driver, WorldSpec
+from conformance.torch_compat import nonmember_new_group_works
 
 CheckFn = Callable[["CheckContext"], None]
 _REGISTRY: dict[str, CheckFn] = {}
@@ -89,8 +90,18 @@ class CheckContext:
 
     def new_group(self, ranks: list[int], **kwargs: Any) -> Any:
         """``dist.new_group(ranks, **kwargs)`` with the check's timeout (torch's default is 30 min), so that a
-        backend hanging in the new group times out naming the absent ranks within the check's time."""
-        return dist.new_group(ranks, timeout=timedelta(seconds=self.timeout_s), **kwargs)
+        backend hanging in the new group times out naming the absent ranks within the check's time.
+
+        On a stack whose bound world cannot take non-members through new_group (``torch_compat``), the group
+        is made as such users make it, with one ``split_group`` every rank calls; non-members get
+        NON_GROUP_MEMBER either way."""
+        timeout = timedelta(seconds=self.timeout_s)
+        world = dist.group.WORLD
+        if (not nonmember_new_group_works(self.target.target.stack) and world is not None
+                and world.bound_device_id is not None and set(ranks) != set(range(dist.get_world_size()))):
+            group = dist.split_group(split_ranks=[sorted(ranks)], timeout=timeout, **kwargs)
+            return group if group is not None else dist.GroupMember.NON_GROUP_MEMBER
+        return dist.new_group(ranks, timeout=timeout, **kwargs)
 
     def expect(self, condition: bool, what: str, expected: Any, observed: Any) -> None:
         """Fail naming this rank, what was checked, the expected and the observed values."""

@@ -3,6 +3,7 @@
 Only ``conformance.defect_matrix`` (and the suite's own tests) import this package. It holds the
 front-end mutants (``frontend``), the defective group builder (``builders``), the list of every
 planted defect (``mutants``), the rank task that runs one check with one of them applied (``task``)
-and the lanes that run the matrix's cases in parallel (``lanes``). The simulator's own defect switches
-live in ``simulator/defects.py``; the one patch mechanism both use is ``simulator/patches.py``.
+and the lanes that run the matrix's cases in parallel (``lanes``). The simulator's own planted
+defects are flawed parts (``simulator/flaws.py``, named in ``simulator/defects.py``); the front-end mutants
+patch torch through ``simulator/patches.py``.
 """

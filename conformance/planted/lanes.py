@@ -54,7 +54,8 @@ def _next(jobs: Any, parent: int) -> Case | None:
     return None
 
 
-def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, stop_early: bool, parent: int) -> None:
+def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, stop_early: bool, stack: str,
+          parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the lanes
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pools install their cleanup on it
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the parent while it forked us
@@ -69,7 +70,7 @@ def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, stop_ea
         while (case := _next(jobs, parent)) is not None:
             planted = mutants[case.mutant] if case.mutant else None
             result = run_case(pools, catalog[case.requirement], "sim", case.world_size,
-                              target_options={"defects": list(planted.defects)} if planted else None,
+                              target_options={"stack": stack, "defects": list(planted.defects if planted else ())},
                               timeout_s=timeout_s, task=TASK,
                               task_kwargs={"mutant": case.mutant, "consulted_dir": "" if planted else consulted_dir},
                               stop_on_failure=stop_early and planted is not None)
@@ -85,9 +86,9 @@ class Lanes:
     it fails: ``run_case(stop_on_failure=True)``, and the failing rank skips its end-of-check wait for peers).
     """
 
-    def __init__(self, n: int, timeout_s: float, consulted_dir: str, stop_early: bool = True) -> None:
+    def __init__(self, n: int, timeout_s: float, consulted_dir: str, stop_early: bool = True, stack: str = "") -> None:
         self._jobs, self._results = CTX.Queue(), CTX.Queue()
-        args = (self._jobs, self._results, timeout_s, consulted_dir, stop_early, os.getpid())
+        args = (self._jobs, self._results, timeout_s, consulted_dir, stop_early, stack, os.getpid())
         self._procs = [CTX.Process(target=_lane, args=args, name=f"cfm-matrix-lane{i}") for i in range(n)]
         # A lane must not run the parent's handlers: a SIGTERM that reached it before it put its own in place was
         # only recorded there (the command line's handler), so the lane lived on until the parent's second

@@ -29,9 +29,15 @@ class Mutant:
         checks could see it."""
         return bool(self.defects)
 
-    def inapplicable(self) -> str | None:
-        """Why this mutant plants no defect on the running torch, or None."""
-        return next(filter(None, (defect_inapplicable(d) for d in (self.name, *self.defects))), None)
+    def overridden(self) -> str:
+        """The simulator methods this mutant's defects override, as ``part.method`` (for messages)."""
+        return ", ".join(f"{part}.{method}" for d in self.defects
+                         for part, cls in simulator.defects.DEFECTS[d].overrides.items()
+                         for method, value in vars(cls).items() if callable(value) and not method.startswith("__"))
+
+    def inapplicable(self, stack: str | None = None) -> str | None:
+        """Why this mutant plants no defect on the running torch (and ``stack``), or None."""
+        return next(filter(None, (defect_inapplicable(d, stack) for d in (self.name, *self.defects))), None)
 
     def apply(self, patches: Patches) -> None:
         """Plant the front-end mutant or the group builder (the simulator's switches travel in the sim target's
@@ -44,7 +50,7 @@ class Mutant:
 
 def mutants() -> list[Mutant]:
     """Every simulator defect switch, the front-end mutants, and the derived-groups builder mutant."""
-    found = [Mutant(name, text, defects=(name,)) for name, text in simulator.defects.DEFECTS.items()]
+    found = [Mutant(name, d.description, defects=(name,)) for name, d in simulator.defects.DEFECTS.items()]
     found += [Mutant(name, text, frontend=name) for name, (text, _) in frontend.MUTANTS.items()]
     found.append(Mutant(
         "derived_groups_fixed_order",

@@ -1,33 +1,50 @@
-"""The rank task of the defect matrix: one check with one planted defect applied (the runner's own task,
-``conformance.runner.execute:run_check``, knows nothing of planted defects)."""
+"""The rank task of the defect matrix: one check with one planted defect applied, through the runner's
+seam (``conformance.runner.execute.CheckHooks``); the runner's own task knows nothing of planted defects."""
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conformance.outcomes import Outcome
-from conformance.planted.mutants import by_name
+from conformance.planted.mutants import Mutant, by_name
 from conformance.runner import execute
+from conformance.targets.base import Driver
 from simulator import faults
-from simulator.defects import Defects
 from simulator.patches import Patches
 
 TASK = "conformance.planted.task:run_check"
 
 
-def _recording(on: Callable[[Defects, str], bool], seen: set[str]) -> Callable[[Defects, str], bool]:
-    lock = threading.Lock()  # stream threads consult too
+class PlantedHooks(execute.CheckHooks):
+    """Runs the check under ``planted``'s front-end or builder patches; a rank whose outcome already fails
+    skips the wait for peers (a failing rank decides that the case catches its defect, and the matrix stops
+    the peers, ``run_case(stop_on_failure=True)``); with ``consulted``, writes there the simulator defects
+    the rank's backend could have met (``SimDriver.consulted``)."""
 
-    def recorded(self: Defects, name: str) -> bool:
-        with lock:
-            seen.add(name)
-        return on(self, name)
+    def __init__(self, planted: Mutant | None, consulted: Path | None) -> None:
+        self.planted = planted
+        self.consulted = consulted
 
-    return recorded
+    def check(self, requirement_id: str, check: execute.Check) -> execute.Check:
+        if self.planted is None:
+            return check
+        planted = self.planted
+
+        def planted_check(ctx: Any) -> None:
+            with Patches() as patches:
+                planted.apply(patches)
+                check(ctx)
+
+        return planted_check
+
+    def skips_peer_wait(self, outcome: Outcome) -> bool:
+        return self.planted is not None and outcome.failing
+
+    def finished(self, driver: Driver) -> None:
+        if self.consulted is not None:
+            self.consulted.write_text(json.dumps(sorted(getattr(driver, "consulted", None) or ())))
 
 
 def run_check(rank: int, world_size: int, store: Any, *, requirement_id: str, mutant: str = "",
@@ -35,44 +52,15 @@ def run_check(rank: int, world_size: int, store: Any, *, requirement_id: str, mu
     """``execute.run_check`` with the named mutant planted around the check body, and with ``fault``
     (``"<rank>:<op>:<kind>"``, as SIM_FAULT takes it) planted in the simulator of this rank.
 
-    With ``consulted_dir``, also writes ``<requirement>.rank<rank>.json`` there: the simulator defect switches
-    this rank consulted while running the check. A switch never consulted cannot change what the check does,
-    so the matrix runs that defect only where the clean run consulted it.
+    With ``consulted_dir``, also writes ``<requirement>.rank<rank>.json`` there: the simulator defects whose
+    overridden methods this rank's backend ran during the check. A defect never consulted cannot change what
+    the check does, so the matrix runs that defect only where the clean run consulted it.
     """
-    planted = by_name()[mutant] if mutant else None
     if parsed := faults.parse(fault):
         faults.plant(*parsed)
-    seen: set[str] = set()
-    with Patches() as patches:
-        if consulted_dir:
-            patches.wrap(Defects, "on", lambda on: _recording(on, seen))
-        if planted is not None:
-            patches.wrap(execute, "load_checks", lambda load: lambda: _planted_checks(load(), requirement_id, planted))
-            patches.wrap(execute, "_quiesce_wait_s", _no_wait_once_failing)
-        result = execute.run_check(rank=rank, world_size=world_size, store=store, requirement_id=requirement_id,
-                                   **check)
-    if consulted_dir:
-        path = Path(consulted_dir) / f"{requirement_id}.rank{rank}.json"
-        path.write_text(json.dumps(sorted(seen)))
-    return result
-
-
-def _no_wait_once_failing(wait_s: Callable[[Outcome, float, float], float]
-                          ) -> Callable[[Outcome, float, float], float]:
-    """The end-of-check wait for peers, skipped by a rank whose outcome already fails: a failing rank decides
-    that the case catches its defect, and the matrix stops the peers (``run_case(stop_on_failure=True)``)
-    instead of letting them wait out the check's timeout for it."""
-    return lambda outcome, started, timeout_s: 0.0 if outcome.failing else wait_s(outcome, started, timeout_s)
-
-
-def _planted_checks(checks: dict[str, Callable[..., None]], requirement_id: str,
-                    planted: Any) -> dict[str, Callable[..., None]]:
-    """The check registry with ``requirement_id``'s check running under ``planted``'s patches."""
-    check = checks[requirement_id]
-
-    def planted_check(ctx: Any) -> None:
-        with Patches() as patches:
-            planted.apply(patches)
-            check(ctx)
-
-    return {**checks, requirement_id: planted_check}
+    consulted = Path(consulted_dir) / f"{requirement_id}.rank{rank}.json" if consulted_dir else None
+    if consulted is not None:
+        check["target_options"] = {**(check.get("target_options") or {}), "record_consulted": True}
+    hooks = PlantedHooks(by_name()[mutant] if mutant else None, consulted)
+    return execute.run_check(rank=rank, world_size=world_size, store=store, requirement_id=requirement_id,
+                             hooks=hooks, **check)

@@ -7,6 +7,7 @@ import datetime
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from conformance.checks.registry import CheckContext, load_checks
@@ -15,6 +16,29 @@ from conformance.report.model import RankOutcome
 from conformance.runner.isolation import ProcessState
 from conformance.spec import Requirement, load_catalog
 from conformance.targets import make_target
+from conformance.targets.base import Driver
+
+Check = Callable[[CheckContext], None]
+
+
+class CheckHooks:
+    """What a caller of ``run_check`` may change about one check; the defaults change nothing. The defect
+    matrix (``conformance.planted.task``) plants its defects through a subclass."""
+
+    def check(self, requirement_id: str, check: Check) -> Check:
+        """The function to run as ``requirement_id``'s check (default: the registry's ``check``)."""
+        return check
+
+    def skips_peer_wait(self, outcome: Outcome) -> bool:
+        """Whether a rank whose check ended with ``outcome`` skips the end-of-check wait for its peers (an
+        error always does: the runner stops the peers of a failed rank)."""
+        return False
+
+    def finished(self, driver: Driver) -> None:
+        """Called once the target's driver has torn down."""
+
+
+NO_HOOKS = CheckHooks()
 
 
 def _requirement(requirement_id: str) -> Requirement:
@@ -44,7 +68,7 @@ def _quiesce_wait_s(outcome: Outcome, started: float, timeout_s: float) -> float
     else until shortly past the check's timeout, so that a rank whose peer hangs still reports its own
     outcome, naming the missing peer, before the runner gives up on it."""
     if outcome is Outcome.ERROR:
-        return 0.0
+        return 0.0  # the runner stops the peers of a rank that errored
     past_timeout = started + timeout_s + QUIESCE_PAST_TIMEOUT_S - time.perf_counter()
     return min(QUIESCE_MAX_S, max(QUIESCE_PAST_TIMEOUT_S, past_timeout))
 
@@ -57,12 +81,13 @@ def run_check(
     target_name: str,
     target_options: dict[str, Any] | None = None,
     timeout_s: float = 60.0,
+    hooks: CheckHooks = NO_HOOKS,
 ) -> dict[str, Any]:
     """Run the check bound to ``requirement_id`` on this rank; return its RankOutcome in the wire form
     (``RankOutcome.to_json``), which the pool pickles and torchrun's store carries as JSON.
 
     Process-wide torch state the check changes (backend registration, config flags, default group)
-    is restored after it.
+    is restored after it. ``hooks`` may replace the check, skip the wait for peers, and see the driver.
     """
     started = time.perf_counter()
     state = ProcessState.capture()
@@ -71,7 +96,7 @@ def run_check(
     ctx = None
     try:
         requirement = _requirement(requirement_id)
-        fn = load_checks()[requirement_id]
+        fn = hooks.check(requirement_id, load_checks()[requirement_id])
         target.setup(rank, world_size)
         ctx = CheckContext(rank, world_size, target, store, requirement, timeout_s)
         with warnings.catch_warnings():
@@ -90,10 +115,12 @@ def run_check(
     except Exception as exc:  # noqa: BLE001 - any other exception is the check's error outcome
         outcome, detail, tb = Outcome.ERROR, f"rank {rank}: {type(exc).__name__}: {exc}", traceback.format_exc()
     finally:
-        _quiesce(store, rank, world_size, _quiesce_wait_s(outcome, started, timeout_s))
+        wait_s = 0.0 if hooks.skips_peer_wait(outcome) else _quiesce_wait_s(outcome, started, timeout_s)
+        _quiesce(store, rank, world_size, wait_s)
         try:
             target.teardown()
         finally:
             state.restore()
+        hooks.finished(target)
     notes = ctx.notes if ctx else []
     return RankOutcome(rank, outcome, detail, tb, notes, duration_s=time.perf_counter() - started).to_json()

@@ -31,6 +31,8 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
         reason = f"target {target_name} unavailable: {reason}"
     elif inapplicable := target.not_applicable.get(requirement.id):
         reason = f"requirement does not apply on target {target_name}: {inapplicable}"
+    elif inapplicable := requirement.not_on_stack(target.stack):
+        reason = f"requirement does not apply on stack {target.stack}: {inapplicable}"
     if reason:
         return Outcome.SKIP, reason
     if not requirement.applies_to_torch(torch.__version__):

@@ -29,6 +29,11 @@ class Requirement:
     finding: str = ""
     kind: str = "backend"
     finding_torch: str = ""
+    skip_stacks: tuple[tuple[str, str], ...] = ()
+
+    def not_on_stack(self, stack: str | None) -> str | None:
+        """Why the requirement does not apply on ``stack`` (the spec's ``skip_stacks``), or None."""
+        return dict(self.skip_stacks).get(stack or "")
 
     def applies_to_torch(self, version: str) -> bool:
         """True when the requirement's torch range admits ``version`` (local tags ignored)."""
@@ -77,6 +82,7 @@ def _requirement(file: str, index: int, entry: dict) -> Requirement:
         finding=entry.get("finding", ""),
         kind=entry.get("kind", "backend"),
         finding_torch=entry.get("finding_torch", ""),
+        skip_stacks=tuple(sorted(entry.get("skip_stacks", {}).items())),
     )
 
 

@@ -119,6 +119,9 @@ class Target(abc.ABC):
     traits: ClassVar[Traits] = Traits()
     # Requirements about another design than this stack's, each with what holds here instead.
     not_applicable: Mapping[str, str] = MappingProxyType({})
+    # The NCCL stack the target runs (simulator.stacks.STACKS names them), where it runs one: requirements the
+    # spec skips on that stack (``skip_stacks``) skip here, naming it.
+    stack: str | None = None
     # Checks that must get rank processes of their own (conformance.runner.orchestrate.run_case).
     fresh_process_checks: ClassVar[frozenset[str]] = frozenset()
     parts: Parts = Parts()

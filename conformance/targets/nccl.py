@@ -73,6 +73,7 @@ from conformance.gpu.flight_recorder import launch_events, load_dump
 from conformance.gpu.nccl_log import expand_debug_file, parse_nccl_log_file
 from conformance.probe import Event, Probe
 from conformance.targets.base import Driver, Parts, Target, Traits, WorldSpec
+from conformance.torch_compat import default_stack
 
 _OPTION_FIELDS = ("cga_cluster_size", "max_ctas", "min_ctas", "net_name")
 _NCCL_CONFIG_UNDEF_INT = -(2**31)  # NCCL_CONFIG_UNDEF_INT: a config field left unset
@@ -346,6 +347,11 @@ class NcclTarget(Target):
     )
 
     @property
+    def stack(self) -> str:  # type: ignore[override]
+        """What this torch's "nccl" builds (``torch_compat.default_stack``)."""
+        return default_stack()
+
+    @property
     def not_applicable(self) -> dict[str, str]:  # type: ignore[override]
         """Requirements about ProcessGroupNCCL's per-pair design, when "nccl" is not ProcessGroupNCCL."""
         if not nccl_is_torchcomms_engine():
@@ -394,7 +400,8 @@ class NcclTarget(Target):
     def environment(self) -> dict[str, Any]:
         """torch, CUDA and NCCL versions, the driver and the GPU model (through NVML: no CUDA init here)."""
         impl = "ProcessGroupNCCL2" if nccl_is_torchcomms_engine() else "ProcessGroupNCCL"
-        env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl_backend": impl}
+        env: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl_backend": impl,
+                               "stack": self.stack}
         if impl == "ProcessGroupNCCL2":
             env["nccl_probe"] = NCCL2_PROBE_NOTE
         if dist.is_nccl_available():

@@ -13,7 +13,7 @@ from conformance.outcomes import Skipped
 from conformance.probe import EVENT_KINDS, Probe
 from conformance.runner.worker import SCRATCH_ENV
 from conformance.targets.base import Driver, Parts, Target, WorldSpec
-from conformance.torch_compat import batch_coalesces_python_groups
+from conformance.torch_compat import batch_coalesces_python_groups, default_stack
 from simulator import shm
 from simulator.comm import SHM_PREFIX_ENV
 
@@ -50,25 +50,31 @@ class SimConfigPart:
 class SimTarget(Target):
     """Runs checks against the simulator (backend 'sim', device cpu).
 
-    Options: ``path`` ("nccl" or "torchcomms": which integration path the simulator models)
-    and ``defects`` (planted defect switches to turn on, for the defect matrix).
+    Options: ``stack`` (a name in ``simulator.stacks.STACKS``: which NCCL stack the simulator models; default
+    what the running torch's ``nccl`` means, ``torch_compat.default_stack``),
+    ``defects`` (planted defects to compose in, for the defect matrix) and ``record_consulted`` (each rank's
+    driver keeps in ``consulted`` the planted defects its backend could have met, for the matrix's plan).
     """
 
     name = "sim"
     parts = Parts(options=SimOptionsPart(), config=SimConfigPart())
     default_backend = "cpu:sim"
 
-    def __init__(self, path: str = "nccl", defects: list[str] | tuple[str, ...] | str = ()) -> None:
+    def __init__(self, stack: str = "", defects: list[str] | tuple[str, ...] | str = (),
+                 record_consulted: bool | str = False) -> None:
         if isinstance(defects, str):  # from the CLI: --target-option defects=a,b
             defects = tuple(d for d in defects.split(",") if d)
-        if path not in ("nccl", "torchcomms"):
-            raise ValueError(f"sim target: path must be 'nccl' or 'torchcomms', got {path!r}")
-        for name in defects:
-            if name not in simulator.defects.DEFECTS:
-                raise ValueError(f"sim target: unknown defect {name!r}; known: {sorted(simulator.defects.DEFECTS)}")
+        stack = stack or default_stack()
+        if stack not in simulator.stacks.STACKS:
+            raise ValueError(f"sim target: stack must be one of {', '.join(simulator.stacks.STACKS)}, got {stack!r}")
+        try:
+            simulator.defects.planted(defects, environ={})
+        except ValueError as exc:
+            raise ValueError(f"sim target: {exc}") from None
         simulator.faults.check_env()  # a malformed SIM_FAULT is refused here, not in every check
-        self.path = path
+        self.stack = stack
         self.defects = tuple(defects)
+        self.record_consulted = record_consulted not in (False, "", "0", "false")
 
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         return None
@@ -76,7 +82,9 @@ class SimTarget(Target):
     @property
     def features(self) -> frozenset[str]:  # type: ignore[override]
         # torch >= 2.14 coalesces batch_isend_irecv for a Python ProcessGroup such as the simulator's
-        return _FEATURES | {"coalesced_p2p"} if batch_coalesces_python_groups() else _FEATURES
+        features = _FEATURES | {"coalesced_p2p"} if batch_coalesces_python_groups() else _FEATURES
+        # nccl-lazy sends on per-pair communicators: nothing receives from any source (simulator/stacks.py)
+        return features - {"p2p_any_source"} if self.stack == "nccl-lazy" else features
 
     @property
     def observes(self) -> frozenset[str]:
@@ -87,7 +95,7 @@ class SimTarget(Target):
         return SimDriver(self)
 
     def environment(self) -> dict[str, Any]:
-        return {"backend": "sim", "path": self.path, "defects": list(self.defects)}
+        return {"backend": "sim", "stack": self.stack, "defects": list(self.defects)}
 
     def cleanup(self, scratch: str) -> None:
         """Remove the shared-memory segments killed ranks left (the simulator names them with ``scratch``)."""
@@ -95,7 +103,7 @@ class SimTarget(Target):
 
 
 class SimDriver(Driver):
-    """Registers the simulator in the rank, with the target's path and defects."""
+    """Registers the simulator in the rank, with the target's stack and defects."""
 
     target: SimTarget
 
@@ -104,7 +112,9 @@ class SimDriver(Driver):
         scratch = os.environ.get(SCRATCH_ENV)
         if scratch:  # the runner's name for what this rank leaves outside itself, which cleanup() removes
             os.environ[SHM_PREFIX_ENV] = scratch
-        self._registered = simulator.register(path=self.target.path, defects=self.target.defects)
+        self.consulted: set[str] | None = set() if self.target.record_consulted else None
+        self._registered = simulator.register(stack=self.target.stack, defects=self.target.defects,
+                                              consulted=self.consulted)
         super().setup(rank, world_size)
 
     def own_probe(self) -> simulator.events.EventLog:
@@ -112,9 +122,10 @@ class SimDriver(Driver):
 
     def init_world(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
                    timeout_s: float) -> dist.ProcessGroup:
-        path = spec.extra.get("path", self.target.path)
-        if path != self._registered.path:  # the path is fixed when the backend is registered
-            self._registered = simulator.register(path=path, defects=self.target.defects)
+        # a check that needs the torchcomms routing asks for it (init_world(path="torchcomms"))
+        stack = "torchcomms" if spec.extra.get("path") == "torchcomms" else self.target.stack
+        if stack != self._registered.stack:  # the stack is fixed when the backend is registered
+            self._registered = simulator.register(stack=stack, defects=self.target.defects, consulted=self.consulted)
         world = self._init_default_group(store, rank, world_size, spec, timeout_s)
         if spec.mode == "eager":
             if not isinstance(world, simulator.SimProcessGroup):

@@ -1,5 +1,5 @@
-"""`python -m conformance framework`: a framework's own group builder on the simulator (torchcomms
-path, bound parent), its groups judged for members, inherited binding, qualified filters and
+"""`python -m conformance framework`: a framework's own group builder on the simulator (a chosen
+stack, bound parent), its groups judged for members, inherited binding, qualified filters and
 options that arrive; each judgement shown to fail on a flawed builder or a planted defect."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def outcomes(results) -> dict[str, tuple[str, str]]:
 
 
 def test_megatron_like_builder_at_world_8() -> None:
-    got = outcomes(framework.run(f"{BUILDERS}:megatron_like", 8, {}))
+    got = outcomes(framework.run(f"{BUILDERS}:megatron_like", 8, {}, stack="torchcomms"))
     assert got["SPLIT-MEMBERSHIP"] == ("pass", "20 groups judged on 8 ranks")
     assert got["SPLIT-BOUND-INHERIT"] == ("pass", "20 groups judged on 8 ranks")
     assert got["QUAL-SUBGROUP-FILTER"][0] == "skip" and "no backend filter" in got["QUAL-SUBGROUP-FILTER"][1]
@@ -27,8 +27,14 @@ def test_megatron_like_builder_at_world_8() -> None:
 
 
 def test_builder_with_filters_and_options_passes_every_judgement() -> None:
-    got = outcomes(framework.run(f"{BUILDERS}:with_options", 4, {"tp": 2}))
+    got = outcomes(framework.run(f"{BUILDERS}:with_options", 4, {"tp": 2}, stack="torchcomms"))
     assert {k: v[0] for k, v in got.items()} == dict.fromkeys(framework.CHECKS, "pass"), got
+
+
+def test_options_as_hints_are_judged_on_the_torchcomms_stack_only() -> None:
+    got = outcomes(framework.run(f"{BUILDERS}:with_options", 4, {"tp": 2}, stack="nccl-legacy"))
+    outcome, detail = got["HINT-TORCHCOMMS-OPTIONS"]
+    assert outcome == "skip" and "torchcomms stack only, not on nccl-legacy" in detail, detail
 
 
 def test_bare_filter_fails_naming_it() -> None:
@@ -45,16 +51,18 @@ def test_bare_filter_fails_naming_it() -> None:
 def test_planted_defects_fail_their_judgement(monkeypatch: pytest.MonkeyPatch, defect: str, builder: str,
                                               requirement: str, needle: str) -> None:
     monkeypatch.setenv("SIM_DEFECTS", defect)  # inherited by the forked ranks
-    outcome, detail = outcomes(framework.run(f"{BUILDERS}:{builder}", 4, {}, timeout_s=20))[requirement]
+    outcome, detail = outcomes(framework.run(f"{BUILDERS}:{builder}", 4, {}, timeout_s=20,
+                                             stack="torchcomms"))[requirement]
     assert outcome == "fail" and needle in detail, detail
 
 
 def test_cli_writes_a_report(tmp_path) -> None:
     code = main(["framework", "--builder", f"{BUILDERS}:with_options", "--world-size", "4",
-                 "--kwargs", json.dumps({"tp": 2}), "--report-dir", str(tmp_path)])
+                 "--kwargs", json.dumps({"tp": 2}), "--report-dir", str(tmp_path), "--stack", "torchcomms"])
     assert code == 0
     report = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert report["verdict"] == "conformant" and report["environment"]["builder"] == f"{BUILDERS}:with_options"
+    assert report["environment"]["stack"] == "torchcomms"
     assert main(["framework", "--builder", "no_colon", "--report-dir", str(tmp_path)]) == 2
 
 

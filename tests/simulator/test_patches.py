@@ -1,14 +1,11 @@
 """The one patch registry (simulator.patches) and what uses it: undo order, exact restores, thread scoping."""
 
-import os
 import threading
 
-import pytest
 import torch
 import torch.distributed as dist
 
 from simulator import shim
-from simulator.defects import DEFECTS, ENV, Defects
 from simulator.patches import Patches
 
 
@@ -88,15 +85,3 @@ def test_install_and_uninstall_go_through_one_undo_stack() -> None:
     finally:
         shim.uninstall()
     assert dist.split_group is original and dist.distributed_c10d.split_group is original
-
-
-def test_defects_are_frozen_named_and_read_from_the_environment_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="unknown simulator defect"):
-        Defects(frozenset({"no_such_defect"}))
-    monkeypatch.setenv(ENV, "avg_as_sum")
-    planted = Defects.of(["barrier_no_wait"])
-    monkeypatch.setenv(ENV, "")
-    assert planted.on("avg_as_sum") and planted.on("barrier_no_wait") and not planted.on("minmax_swapped")
-    with pytest.raises(KeyError):
-        planted.on("avg_as_summ")  # a typo is an error, not a defect silently off
-    assert set(DEFECTS) >= planted.names and os.environ.get(ENV) == ""

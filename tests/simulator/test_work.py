@@ -5,7 +5,7 @@ import datetime
 import pytest
 import torch
 
-from simulator.defects import Defects
+from simulator.defects import resolve
 from simulator.work import SimWork
 
 
@@ -28,12 +28,12 @@ def test_wait_reraises_the_launch_error() -> None:
 
 def test_batch_wait_no_wait_defect_returns_before_p2p_data_arrives() -> None:
     fut = torch.futures.Future()
-    planted = Defects(frozenset({"batch_wait_no_wait"}))
-    assert SimWork(fut, p2p=True, defects=planted).wait() is True
+    planted = resolve(names=["batch_wait_no_wait"]).parts
+    assert planted.p2p_work(fut).wait() is True
     with pytest.raises(RuntimeError):
-        SimWork(fut, defects=planted).wait(datetime.timedelta(seconds=0.05))  # collectives still wait
+        planted.work(fut).wait(datetime.timedelta(seconds=0.05))  # collectives still wait
     with pytest.raises(RuntimeError):
-        SimWork(fut, p2p=True).wait(datetime.timedelta(seconds=0.05))  # a backend without the defect waits
+        resolve().parts.p2p_work(fut).wait(datetime.timedelta(seconds=0.05))  # a backend without the defect waits
     assert not fut.done()
 
 
