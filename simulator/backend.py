@@ -20,6 +20,7 @@ from simulator.defects import NONE, Defects
 from simulator.errors import P2PMismatch
 from simulator.events import LOG
 from simulator.fabric import Fabric
+from simulator.p2p import recv_any
 from simulator.work import SimWork
 
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
@@ -512,12 +513,9 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._p2p("recv", srcRank, receive, tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
-        """Receive from whichever rank sends first (needs the group communicator)."""
+        """Receive from whichever rank sends first (on a lazy group: on the pair communicator of every peer)."""
         if self._comm is None:
-            raise RuntimeError(
-                f"rank {self.my_global_rank}: recv(src=None) needs an eagerly initialised group "
-                "(bind a device at init): lazily created pair communicators have no any-source receive"
-            )
+            return self._recv_anysource_lazy(tensors[0], tag)
         comm = self._comm
         comm.fabric.post_receive(None)
         t = tensors[0]
@@ -527,6 +525,19 @@ class SimProcessGroup(dist.ProcessGroup):
 
         fut = comm.launch("recv", any_source, stream="p2p:any")
         return SimWork(fut, p2p=True, outputs=tensors, defects=self._defects)
+
+    def _recv_anysource_lazy(self, t: torch.Tensor, tag: int) -> SimWork:
+        peers = [p for p in range(self.size()) if p != self.rank()]
+        pairs = [self._p2p_comm(p)[:2] for p in peers]
+        for comm, _ in pairs:
+            comm.fabric.post_receive(None)
+
+        def any_source(_: Fabric) -> int:
+            src = peers[recv_any([(comm.fabric.p2p, local) for comm, local in pairs], t, tag)]
+            return 0 if self._defects.on("p2p_anysource_wrong_rank") else src
+
+        fut = pairs[0][0].launch("recv", any_source, stream="p2p:any")
+        return SimWork(fut, p2p=True, outputs=[t], defects=self._defects)
 
     def _start_coalescing(self, device: Any) -> None:
         self._coalescing = []

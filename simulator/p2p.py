@@ -11,6 +11,7 @@ import datetime
 import math
 import threading
 import time
+from collections.abc import Sequence
 
 import torch.distributed as dist
 from torch import Tensor
@@ -237,3 +238,31 @@ class P2PPlane:
             delay = min(2 * delay, 0.05)
         for name in unreceived:
             shm.unlink(name)
+
+
+def recv_any(channels: Sequence[tuple[P2PPlane, int]], tensor: Tensor, tag: int) -> int:
+    """Receive the earliest message with ``tag`` on any of ``channels`` ((plane, local src) pairs: a lazy
+    group's pair communicators, one per peer); return the index of the channel it came from."""
+    if not channels:
+        raise ValueError("recv_any needs at least one channel")
+    for plane, _ in channels:
+        if plane._ctl.closed:
+            raise SimError(f"{plane._ctl.where()}: recv on rank {plane._ctl.g(plane._ctl.me)} after close()")
+    timeout_s = max(plane._ctl.timeout_s for plane, _ in channels)
+    deadline = time.monotonic() + timeout_s
+    delay = 5e-5
+    while True:
+        for i, (plane, src) in enumerate(channels):
+            hit = plane._take([src], tag)
+            if hit is None and plane._try_pop(src):
+                hit = plane._take([src], tag)
+            if hit is not None:
+                plane._consume(tensor, hit[0], hit[1], tag)
+                return i
+        if time.monotonic() >= deadline:
+            ctl = channels[0][0]._ctl
+            peers = ", ".join(str(plane._ctl.g(src)) for plane, src in channels)
+            raise RankTimeout(f"rank {ctl.g(ctl.me)}: Timed out waiting {round(timeout_s * 1000)}ms for "
+                              f"recv(tag={tag}) from any rank: no matching message from ranks {peers}")
+        time.sleep(delay)
+        delay = min(2 * delay, _POLL_MAX_S)
