@@ -155,7 +155,12 @@ class Communicator:
         if stream not in self.streams:
             self.streams[stream] = Stream(f"{self.id}:{stream}")
         fabric = self.fabric
-        return self.streams[stream].submit(lambda: fn(fabric))
+
+        def run() -> Any:
+            with torch.no_grad():  # grad mode is per thread, on in a stream's; a backend writes tensors as data
+                return fn(fabric)
+
+        return self.streams[stream].submit(run)
 
     def destroy(self) -> None:
         """Drain streams, release shared memory, record the destruction."""
