@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch.distributed as dist
 from torch import Tensor
 
-from simulator import rendezvous, shm
+from simulator import rendezvous, shm, timeouts
 from simulator.control import ControlPlane
 from simulator.defects import Defects
 from simulator.dtypes import dtype_from_name
@@ -129,8 +129,9 @@ class P2PPlane:
             peer = ""
             if src is not None and self.rendezvous_bytes is not None:
                 peer = f"; rank {ctl.g(src)} {rendezvous.peer_state(ctl.store(), src)}"
-            raise RankTimeout(f"{ctl.where()}: recv(tag={tag}) on rank {ctl.g(ctl.me)}: no matching "
-                              f"message from {who} within {ctl.timeout_s:g}s{nxt}{peer}")
+            raise RankTimeout(f"{ctl.where()}: " + timeouts.message(
+                f"recv(tag={tag}) on rank {ctl.g(ctl.me)}", ctl.timeout_s,
+                f"no matching message from {who}{nxt}{peer}"))
         if src is not None and self._claim(src):
             try:
                 self._pop(src, remaining)
@@ -262,7 +263,7 @@ def recv_any(channels: Sequence[tuple[P2PPlane, int]], tensor: Tensor, tag: int)
         if time.monotonic() >= deadline:
             ctl = channels[0][0]._ctl
             peers = ", ".join(str(plane._ctl.g(src)) for plane, src in channels)
-            raise RankTimeout(f"rank {ctl.g(ctl.me)}: Timed out waiting {round(timeout_s * 1000)}ms for "
-                              f"recv(tag={tag}) from any rank: no matching message from ranks {peers}")
+            raise RankTimeout(f"rank {ctl.g(ctl.me)}: " + timeouts.message(
+                f"recv(tag={tag}) from any rank", timeout_s, f"no matching message from ranks {peers}"))
         time.sleep(delay)
         delay = min(2 * delay, _POLL_MAX_S)
