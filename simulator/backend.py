@@ -17,7 +17,7 @@ from simulator import faults
 from simulator.comm import Communicator, release_namespace, rendezvous, root_store, world_namespace
 from simulator.config import ConfigError, SimOptions, options_to_hints, parse_hints
 from simulator.defects import NONE, Defects
-from simulator.errors import P2PMismatch
+from simulator.errors import P2PMismatch, refuse_sparse
 from simulator.events import LOG
 from simulator.fabric import Fabric
 from simulator.p2p import recv_any
@@ -343,6 +343,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """In-place all-reduce."""
+        refuse_sparse("all_reduce", tensors, self.my_global_rank)
         op = reduce_op_name(opts.reduceOp) if opts is not None else "sum"
         return self._launch("allreduce", lambda f: f.all_reduce(tensors, op), outputs=tensors)
 
