@@ -118,7 +118,7 @@ class Fabric(ListCollectives):
         shm.sweep_dead_once()  # leftovers of processes that died without closing their communicators
         self._coll_lock = threading.Lock()
         self.slots = SlotPlane(self.control, stem)
-        self.p2p = P2PPlane(self.control, stem, defects)
+        self.p2p = P2PPlane(self.control, defects)
 
     # ----------------------------------------------------------------- helpers
     def _slot(self, op: _Op, j: int) -> Tensor | None:

@@ -1,12 +1,15 @@
 """The P2P plane: envelopes on ordered channels, tensor bytes in one segment per message.
 
 Per ordered channel (src, dst), envelope k (a :class:`simulator.wire.Envelope`) sits under its own
-key, read and deleted by the receiver; each message gets its own segment, unlinked by the receiver
-once mapped. Receives match the oldest pending envelope with the wanted tag, in arrival order.
+key, read and deleted by the receiver; each message gets its own segment, a memfd with no name in
+/dev/shm (``simulator.shm.Handoff``) that the receiver opens through the sender's /proc fd and marks
+taken, so no message's bytes outlive the sending process, however it ends. Receives match the
+oldest pending envelope with the wanted tag, in arrival order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import threading
@@ -34,9 +37,8 @@ class P2PPlane:
     """Send and receive of one communicator on one rank; threads serving different peers may use it
     concurrently."""
 
-    def __init__(self, control: ControlPlane, stem: str, defects: Defects) -> None:
+    def __init__(self, control: ControlPlane, defects: Defects) -> None:
         self._ctl = control
-        self._stem = stem
         self.defects = defects  # the planted defects of the backend this communicator belongs to
         n = control.n
         self._lock = threading.Lock()
@@ -46,7 +48,7 @@ class P2PPlane:
         self._pending: list[list[tuple[int, Envelope]]] = [[] for _ in range(n)]
         self._arrivals = 0
         self._poppers: set[int] = set()
-        self._outbox: list[str] = []
+        self._outbox: list[shm.Handoff] = []  # sent messages whose receiver has not taken them yet
         self.rendezvous_bytes = rendezvous.threshold_bytes()
 
     def send(self, tensor: Tensor, dst: int, tag: int) -> None:
@@ -65,14 +67,14 @@ class P2PPlane:
         with self._lock:
             k = self._sent[dst]
             self._sent[dst] += 1
-            self._outbox = [name for name in self._outbox if shm.exists(name)]
+            self._release_taken()
         name = None
         if tensor.numel():
-            name = f"{self._stem}.p{ctl.g(dst)}.{k}"
-            buf = shm.create(name, nbytes(tensor))
+            segment = shm.Handoff(nbytes(tensor))
             with self._lock:
-                self._outbox.append(name)
-            typed(buf, 0, tensor.dtype, tensor.numel()).view(tensor.shape).copy_(tensor)
+                self._outbox.append(segment)
+            typed(segment.data, 0, tensor.dtype, tensor.numel()).view(tensor.shape).copy_(tensor)
+            name = segment.ref
         envelope = Envelope(k, tag, dtype_name(tensor.dtype), list(tensor.shape), name)
         st.set(envelope_key(ctl.me, dst, k), envelope.encode())
         if self.rendezvous_bytes is not None and nbytes(tensor) >= self.rendezvous_bytes:
@@ -207,8 +209,9 @@ class P2PPlane:
             self._recvd[src] += 1
         dtype, name = dtype_from_name(env.dtype), env.segment
         if dtype != tensor.dtype or math.prod(env.shape) != tensor.numel():
-            if name is not None:
-                shm.unlink(name)
+            if name is not None:  # refused: the sender may let it go
+                with contextlib.suppress(FileNotFoundError):
+                    shm.mark_taken(shm.open_handoff(name)[1])
             report = (f"{ctl.where()}: recv(tag={tag}) on rank {ctl.g(ctl.me)} matched message "
                       f"#{env.number} from rank {ctl.g(src)}: expected {tdesc(tensor)} (receive buffer), "
                       f"observed {env.describe()} (sent by rank {ctl.g(src)})")
@@ -216,29 +219,37 @@ class P2PPlane:
             raise P2PMismatch(report)
         if name is not None:
             try:
-                buf = shm.open_segment(name)
+                buf, head = shm.open_handoff(name)
             except FileNotFoundError:
                 raise SimError(f"{ctl.where()}: recv(tag={tag}) on rank {ctl.g(ctl.me)}: message "
                                f"#{env.number} from rank {ctl.g(src)} was dropped (sender closed)") from None
-            shm.unlink(name)
             tensor.copy_(typed(buf, 0, dtype, tensor.numel()).view(tensor.shape))
+            shm.mark_taken(head)
         return src
+
+    def _release_taken(self) -> None:
+        """Close the segments of sent messages their receivers have taken (the caller holds the lock)."""
+        for segment in [s for s in self._outbox if s.taken()]:
+            segment.close()
+        self._outbox = [s for s in self._outbox if s.fd >= 0]
 
     def close(self) -> None:
         """Give sends not yet received a grace period of min(timeout_s, 10 s) to be picked up (none on a
-        broken communicator), then unlink the segments of those still unreceived (dropped)."""
+        broken communicator), then close the segments of those still unreceived (dropped)."""
         deadline = time.monotonic() + (0.0 if self._ctl.broken else min(self._ctl.timeout_s, _CLOSE_GRACE_S))
         delay = 1e-4
         while True:
             with self._lock:
-                self._outbox = [name for name in self._outbox if shm.exists(name)]
+                self._release_taken()
                 unreceived = list(self._outbox)
             if not unreceived or time.monotonic() >= deadline:
                 break
             time.sleep(delay)
             delay = min(2 * delay, 0.05)
-        for name in unreceived:
-            shm.unlink(name)
+        with self._lock:
+            for segment in self._outbox:
+                segment.close()
+            self._outbox = []
 
 
 def recv_any(channels: Sequence[tuple[P2PPlane, int]], tensor: Tensor, tag: int) -> int:
