@@ -22,13 +22,15 @@ from typing import Any
 from simulator import shm
 
 TIMEOUT_S = 120  # per test, all ranks (torch's default is 300 s)
-_EXC_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Timeout|Exit)\b:?.*$")
+_EXC_LINE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*: \S")  # "ValueError: ...", "simulator.errors.RankTimeout: ..."
+_WRAPPER = "RuntimeError: Process "  # torch's harness wraps a rank's traceback in this line
 
 
 def summary(text: str) -> str:
-    """The last exception line of a traceback text (the whole tail if none)."""
+    """The last exception line of a traceback text, a rank's own before torch's wrapper (the tail if none)."""
     lines = [ln.strip() for ln in text.splitlines() if _EXC_LINE.match(ln.strip())]
-    return (lines[-1] if lines else text.strip().splitlines()[-1] if text.strip() else "")[:400]
+    own = [ln for ln in lines if not ln.startswith(_WRAPPER)] or lines
+    return (own[-1] if own else text.strip().splitlines()[-1] if text.strip() else "")[:400]
 
 
 def leftover_segments(prefix: str) -> list[str]:
