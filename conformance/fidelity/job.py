@@ -94,6 +94,7 @@ def run_job(selection: Selection, world_sizes: list[int], start_method: str = "f
                       "leak_probe_sees_segments": bool(sim_control.get("leak_probe_sees_segments"))})
     return {"torch": torch.__version__, "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "start_method": start_method, "selected": len(tests),
+            "gloo_from": gloo_from["date"] if gloo_from is not None else None,
             "gloo_only": {k: {"tests": list(g.tests), "reason": g.reason, "source": list(g.source)}
                           for k, g in selection.gloo_only.items()},
             "world_sizes": sizes}

@@ -16,7 +16,9 @@ def _cell(text: str) -> str:
 def render(report: dict[str, Any], command: str) -> str:
     """The Markdown text of a fidelity report."""
     out = [f"# Fidelity: torch's own distributed tests, gloo and the simulator (torch {report['torch']})", "",
-           f"`{command}`, {report['date']}; ranks started by {report['start_method']}. "
+           f"`{command}`, {report['date']}; ranks started by {report['start_method']}"
+           + (f"; gloo's outcomes from this job's earlier run on the same torch ({report['gloo_from']})"
+              if report.get("gloo_from") else "") + ". "
            f"{report['selected']} tests of `DistributedTest._DistTestBase` "
            "(`conformance/fidelity/selection.toml`); the simulator runs exactly those gloo does not skip, "
            "under the decorators torch applies for gloo.", "",
@@ -41,9 +43,10 @@ def render(report: dict[str, Any], command: str) -> str:
         out.append("None.")
     out += ["", "## Gloo-only (listed in the selection file, with the reason)", ""]
     for name, group in report["gloo_only"].items():
-        sim_seen = sorted({f"{r['test']} (ws {s['world_size']}): {r['sim']['outcome'] if r['sim'] else 'not run'}"
-                           for s in report["world_sizes"] for r in s["rows"]
-                           if r["verdict"] == "gloo-only"})
+        sim_seen = [f"`{r['test']}` (ws {s['world_size']}): "
+                    + (f"{r['sim']['outcome']} ({_cell(r['sim']['message'])})" if r["sim"] else "not run")
+                    for s in report["world_sizes"] for r in s["rows"]
+                    if r["verdict"] == "gloo-only" and r["test"] in group["tests"]]
         out += [f"- **{name}**: {', '.join(f'`{t}`' for t in group['tests'])}.", f"  Reason: {group['reason']}",
                 f"  Source: {'; '.join(group['source'])}.", f"  Simulator outcomes: {'; '.join(sim_seen) or '-'}."]
     out += ["", "## Segments left in /dev/shm after every rank exited", ""]
