@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how each test's ranks start: fork (default; no torch import per rank) or spawn "
                         "(upstream's way, ~10x slower per test on a loaded 2-core host)")
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
+    p.add_argument("--name", default=None, help="report file stem (default fidelity-<torch version>)")
     p.add_argument("--gloo-from", type=Path, default=None, metavar="FIDELITY.json",
                    help="take gloo's outcomes from an earlier report of this torch instead of running gloo again")
     p.add_argument("--log", type=Path, default=None,
@@ -52,8 +53,9 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
     version = torch.__version__.split("+")[0]
     args.report_dir.mkdir(parents=True, exist_ok=True)
     command = "python -m conformance fidelity " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["fidelity"] else [])
-    atomic_write_text(args.report_dir / f"fidelity-{version}.json", json.dumps(report, indent=1) + "\n")
-    atomic_write_text(args.report_dir / f"fidelity-{version}.md", render(report, command.strip()))
+    stem = args.name or f"fidelity-{version}"
+    atomic_write_text(args.report_dir / f"{stem}.json", json.dumps(report, indent=1) + "\n")
+    atomic_write_text(args.report_dir / f"{stem}.md", render(report, command.strip()))
     for size in report["world_sizes"]:
         for row in size["rows"]:
             if row["verdict"] == "sim-fail":
@@ -61,5 +63,5 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
                       f"{row['sim']['message'] if row['sim'] else 'not run'}")
     for n, test, segs in leaks(report):
         print(f"ws {n} {test}: left {segs} in /dev/shm")
-    print(f"wrote {args.report_dir}/fidelity-{version}.md: {'as gloo' if passed(report) else 'NOT as gloo'}")
+    print(f"wrote {args.report_dir}/{stem}.md: {'as gloo' if passed(report) else 'NOT as gloo'}")
     return 0 if passed(report) else 1
