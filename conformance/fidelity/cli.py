@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from conformance.fidelity.job import leaks, passed, run_job
+from conformance.fidelity.job import earlier_gloo, leaks, passed, run_job
 from conformance.fidelity.markdown import render
 from conformance.fidelity.selection import SELECTION, load
 from conformance.report.write import atomic_write_text
@@ -42,10 +42,12 @@ def cmd_fidelity(args: argparse.Namespace) -> int:
         unknown = sorted(set(only or ()) - set(selection.tests))
         if unknown or any(n < 2 for n in sizes):
             raise ValueError(f"tests not in the selection: {unknown}" if unknown else "world sizes must be >= 2")
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+        gloo_from = json.loads(args.gloo_from.read_text()) if args.gloo_from else None
+        for n in sizes if gloo_from is not None else ():
+            earlier_gloo(gloo_from, n, only or selection.tests)  # refused now rather than after hours of running
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    gloo_from = json.loads(args.gloo_from.read_text()) if args.gloo_from else None
     log_path = args.log or Path(tempfile.mkstemp(prefix="fidelity-", suffix=".log")[1])
     print(f"the ranks' own output goes to {log_path}")
     with open(log_path, "w") as log:

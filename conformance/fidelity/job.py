@@ -47,8 +47,7 @@ def run_worker(backend: str, world_size: int, tests: list[str], start_method: st
     return records, control
 
 
-def earlier_gloo(report: dict[str, Any], world_size: int,
-                 tests: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def earlier_gloo(report: dict[str, Any], world_size: int, tests: list[str]) -> dict[str, dict[str, Any]]:
     """gloo's records for ``tests`` at ``world_size`` from an earlier report of this torch."""
     if report.get("torch") != torch.__version__:
         raise ValueError(f"the earlier report is of torch {report.get('torch')}, this is {torch.__version__}")
@@ -56,8 +55,9 @@ def earlier_gloo(report: dict[str, Any], world_size: int,
     rows = {r["test"]: r["gloo"] for r in size["rows"]} if size else {}
     missing = [t for t in tests if t not in rows]
     if missing:
-        raise ValueError(f"the earlier report has no gloo record at world size {world_size} for {missing}")
-    return {t: rows[t] for t in tests}, {}
+        raise ValueError(f"the earlier report has no gloo record at world size {world_size} for {len(missing)} "
+                         f"test(s): {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}")
+    return {t: rows[t] for t in tests}
 
 
 def verdict(selection: Selection, test: str, gloo: dict[str, Any], sim: dict[str, Any] | None) -> str:
@@ -80,7 +80,7 @@ def run_job(selection: Selection, world_sizes: list[int], start_method: str = "f
     sizes = []
     for n in world_sizes:
         if gloo_from is not None:
-            gloo, _ = earlier_gloo(gloo_from, n, tests)
+            gloo = earlier_gloo(gloo_from, n, tests)
         else:
             gloo, _ = run_worker("gloo", n, tests, start_method, log)
         enabled = [t for t in tests if gloo[t]["outcome"] not in ("skip", "absent")]
