@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from conformance.fidelity.selection import Selection
+from conformance.fidelity.worker import ABSENT
+from conformance.outcomes import Outcome
 
 BACKENDS = ("gloo", "sim")
 
@@ -43,7 +45,8 @@ def run_worker(backend: str, world_size: int, tests: list[str], start_method: st
     records = {r["test"]: r for r in lines if "test" in r}
     control = next((r["control"] for r in lines if "control" in r), {})
     for name in tests:  # a worker that died mid-way: the rest never ran
-        records.setdefault(name, {"test": name, "outcome": "fail", "message": "the worker process died before it"})
+        records.setdefault(name, {"test": name, "outcome": Outcome.FAIL,
+                                  "message": "the worker process died before it"})
     return records, control
 
 
@@ -62,13 +65,13 @@ def earlier_gloo(report: dict[str, Any], world_size: int, tests: list[str]) -> d
 
 def verdict(selection: Selection, test: str, gloo: dict[str, Any], sim: dict[str, Any] | None) -> str:
     """How one test compares: match, sim-fail, gloo-only, gloo-skip, gloo-fail or absent."""
-    if gloo["outcome"] in ("absent", "skip"):
-        return "absent" if gloo["outcome"] == "absent" else "gloo-skip"
-    if gloo["outcome"] != "pass":
+    if gloo["outcome"] in (ABSENT, Outcome.SKIP):
+        return "absent" if gloo["outcome"] == ABSENT else "gloo-skip"
+    if gloo["outcome"] != Outcome.PASS:
         return "gloo-fail"
     if selection.gloo_only_reason(test) is not None:
         return "gloo-only"
-    return "match" if sim is not None and sim["outcome"] == "pass" else "sim-fail"
+    return "match" if sim is not None and sim["outcome"] == Outcome.PASS else "sim-fail"
 
 
 def run_job(selection: Selection, world_sizes: list[int], start_method: str = "fork",
@@ -83,7 +86,7 @@ def run_job(selection: Selection, world_sizes: list[int], start_method: str = "f
             gloo = earlier_gloo(gloo_from, n, tests)
         else:
             gloo, _ = run_worker("gloo", n, tests, start_method, log)
-        enabled = [t for t in tests if gloo[t]["outcome"] not in ("skip", "absent")]
+        enabled = [t for t in tests if gloo[t]["outcome"] not in (Outcome.SKIP, ABSENT)]
         sim, sim_control = run_worker("sim", n, enabled, start_method, log)
         rows = []
         for t in tests:

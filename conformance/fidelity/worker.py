@@ -19,8 +19,10 @@ import time
 import unittest
 from typing import Any
 
+from conformance.outcomes import Outcome
 from simulator import shm
 
+ABSENT = "absent"  # the test is not in this torch's DistributedTest
 TIMEOUT_S = 120  # per test, all ranks (torch's default is 300 s)
 _EXC_LINE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*: \S")  # "ValueError: ...", "simulator.errors.RankTimeout: ..."
 _WRAPPER = "RuntimeError: Process "  # torch's harness wraps a rank's traceback in this line
@@ -54,12 +56,12 @@ def run_one(case: type[unittest.TestCase], name: str, prefix: str) -> dict[str, 
     start = time.monotonic()
     case(name).run(result)
     seconds = round(time.monotonic() - start, 2)
-    record: dict[str, Any] = {"test": name, "seconds": seconds, "outcome": "pass", "message": ""}
+    record: dict[str, Any] = {"test": name, "seconds": seconds, "outcome": Outcome.PASS, "message": ""}
     if result.failures or result.errors:
         text = (result.failures + result.errors)[0][1]
-        record.update(outcome="fail", message=summary(text), detail=text[-4000:])
+        record.update(outcome=Outcome.FAIL, message=summary(text), detail=text[-4000:])
     elif result.skipped:
-        record.update(outcome="skip", message=str(result.skipped[0][1])[:400])
+        record.update(outcome=Outcome.SKIP, message=str(result.skipped[0][1])[:400])
     leaked = leftover_segments(prefix)
     if leaked:
         record["leaked_segments"] = leaked
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write(json.dumps({"control": {"leak_probe_sees_segments": control}}) + "\n")
         for i, name in enumerate(args.tests):
             if not hasattr(UpstreamDistributedTest, name):
-                record: dict[str, Any] = {"test": name, "outcome": "absent", "message": "not in this torch"}
+                record: dict[str, Any] = {"test": name, "outcome": ABSENT, "message": "not in this torch"}
             else:
                 record = run_one(UpstreamDistributedTest, name, f"{stem}t{i}_")
             out.write(json.dumps(record) + "\n")
