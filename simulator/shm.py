@@ -1,4 +1,4 @@
-"""POSIX shared-memory segments under /dev/shm: create, open, unlink and sweep."""
+"""POSIX shared-memory segments under /dev/shm (create, open, unlink, sweep), and nameless memfd handoffs for P2P."""
 
 from __future__ import annotations
 
