@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from conformance import framework, inputs, interrupts
+from conformance.fidelity import cli as fidelity_cli
 from conformance.import_probe import probe_import
 from conformance.outcomes import Outcome
 from conformance.report import Result, with_invocation, write_report
@@ -316,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
     framework.add_arguments(p)
     p.set_defaults(fn=framework.cmd_framework)
+    p = sub.add_parser("fidelity", help="run torch's own distributed tests on gloo and the simulator, side by side")
+    fidelity_cli.add_arguments(p)
+    p.set_defaults(fn=fidelity_cli.cmd_fidelity)
     return parser
 
 

@@ -16,8 +16,10 @@ import torch.distributed as dist
 from simulator import faults
 from simulator.comm import Communicator, release_namespace, rendezvous, root_store, world_namespace
 from simulator.config import SimOptions, parse_hints
+from simulator.errors import refuse_sparse
 from simulator.events import LOG
 from simulator.fabric import Fabric
+from simulator.p2p import recv_any
 from simulator.parts import REFERENCE, Parts
 from simulator.work import SimWork
 
@@ -336,6 +338,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimWork:
         """In-place all-reduce."""
+        refuse_sparse("all_reduce", tensors, self.my_global_rank)
         op = reduce_op_name(opts.reduceOp) if opts is not None else "sum"
         return self._launch("allreduce", lambda f: f.all_reduce(tensors, op), outputs=tensors)
 
@@ -507,12 +510,9 @@ class SimProcessGroup(dist.ProcessGroup):
         fabric.recv(tensor, peer, tag)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
-        """Receive from whichever rank sends first (needs the group communicator)."""
+        """Receive from whichever rank sends first (on a lazy group: on the pair communicator of every peer)."""
         if self._comm is None:
-            raise RuntimeError(
-                f"rank {self.my_global_rank}: recv(src=None) needs an eagerly initialised group "
-                "(bind a device at init): lazily created pair communicators have no any-source receive"
-            )
+            return self._recv_anysource_lazy(tensors[0], tag)
         comm = self._comm
         comm.fabric.post_receive(None)
         t = tensors[0]
@@ -525,6 +525,19 @@ class SimProcessGroup(dist.ProcessGroup):
     def _source_group_rank(self, comm: Communicator, local: int) -> int:
         """The group rank of the sender a receive from any source matched (``local``: its rank in ``comm``)."""
         return self._global_ranks.index(comm.members[local])
+
+    def _recv_anysource_lazy(self, t: torch.Tensor, tag: int) -> SimWork:
+        peers = [p for p in range(self.size()) if p != self.rank()]
+        pairs = [self._p2p_comm(p)[:2] for p in peers]
+        for comm, _ in pairs:
+            comm.fabric.post_receive(None)
+
+        def any_source(_: Fabric) -> int:
+            src = peers[recv_any([(comm.fabric.p2p, local) for comm, local in pairs], t, tag)]
+            return 0 if self._defects.on("p2p_anysource_wrong_rank") else src
+
+        fut = pairs[0][0].launch("recv", any_source, stream="p2p:any")
+        return SimWork(fut, p2p=True, outputs=[t], defects=self._defects)
 
     def _start_coalescing(self, device: Any) -> None:
         self._coalescing = []

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from simulator import timeouts
 from simulator.errors import RankTimeout
 from simulator.events import LOG
 from simulator.fabric import Fabric
@@ -79,20 +80,10 @@ def rendezvous(store: dist.Store, key: str, rank: int, members: list[int], timeo
     """Post this rank's arrival under ``key`` and wait for every member; name the absent ones."""
     store.set(f"{key}/{rank}", b"1")
     keys = [f"{key}/{r}" for r in members]
-    try:
-        store.wait(keys, _timedelta(timeout_s))
-    except Exception:  # noqa: BLE001 - torch raises DistStoreError/RuntimeError by version
+    if not timeouts.wait_keys(store, keys, timeout_s):
         missing = [r for r, k in zip(members, keys) if not store.check([k])]
-        raise RankTimeout(
-            f"rank {rank}: {what}: ranks {missing} never arrived within {timeout_s:.1f}s "
-            f"(members {members})"
-        ) from None
-
-
-def _timedelta(seconds: float):
-    import datetime
-
-    return datetime.timedelta(seconds=seconds)
+        raise RankTimeout(f"rank {rank}: " + timeouts.message(
+            what, timeout_s, f"ranks {missing} never arrived (members {members})"))
 
 
 @dataclass
@@ -156,7 +147,12 @@ class Communicator:
         if stream not in self.streams:
             self.streams[stream] = Stream(f"{self.id}:{stream}")
         fabric = self.fabric
-        return self.streams[stream].submit(lambda: fn(fabric))
+
+        def run() -> Any:
+            with torch.no_grad():  # grad mode is per thread, on in a stream's; a backend writes tensors as data
+                return fn(fabric)
+
+        return self.streams[stream].submit(run)
 
     def destroy(self) -> None:
         """Drain streams, release shared memory, record the destruction."""

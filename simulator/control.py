@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import torch.distributed as dist
 
-from simulator import connections
+from simulator import connections, timeouts
 from simulator.errors import RankTimeout, SimError
 from simulator.wire import phase_key
 
@@ -101,19 +101,19 @@ class ControlPlane:
         if not want:
             return {}
         keys = [phase_key(phase, seq, j) for j in want]
-        timeout = datetime.timedelta(seconds=self.timeout_s)
         try:
             if own is not None:  # TCPStore's multi_get waits for its keys (store timeout), saving a round trip
-                own.set_timeout(timeout)
+                own.set_timeout(datetime.timedelta(seconds=self.timeout_s))
+                values = st.multi_get(keys)
+            elif timeouts.wait_keys(st, keys, self.timeout_s):
                 values = st.multi_get(keys)
             else:
-                st.wait(keys, timeout)
-                values = st.multi_get(keys)
+                raise dist.DistStoreError("wait timeout")
         except dist.DistStoreError:
             missing = [self.g(j) for j, k in zip(want, keys, strict=True) if not st.check([k])]
             arrived = sorted({self.g(self.me)} | {self.g(j) for j in want} - set(missing))
-            raise self.timed_out(
-                f"{self.where(seq)}: {what} on rank {self.g(self.me)} timed out after {self.timeout_s:g}s "
-                f"waiting for rank(s) {', '.join(map(str, sorted(missing)))} "
-                f"(arrived: {', '.join(map(str, arrived))})") from None
+            raise self.timed_out(f"{self.where(seq)}: " + timeouts.message(
+                f"{what} on rank {self.g(self.me)}", self.timeout_s,
+                f"rank(s) {', '.join(map(str, sorted(missing)))} did not arrive "
+                f"(arrived: {', '.join(map(str, arrived))})")) from None
         return {j: v.decode() for j, v in zip(want, values, strict=True)}

@@ -117,7 +117,7 @@ class Fabric(ListCollectives):
         shm.sweep_dead_once()  # leftovers of processes that died without closing their communicators
         self._coll_lock = threading.Lock()
         self.slots = SlotPlane(self.control, stem)
-        self.p2p = p2p(self.control, stem)
+        self.p2p = p2p(self.control)
 
     # ----------------------------------------------------------------- helpers
     def _slot(self, op: _Op, j: int) -> Tensor | None:

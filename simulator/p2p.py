@@ -1,21 +1,25 @@
 """The P2P plane: envelopes on ordered channels, tensor bytes in one segment per message.
 
 Per ordered channel (src, dst), envelope k (a :class:`simulator.wire.Envelope`) sits under its own
-key, read and deleted by the receiver; each message gets its own segment, unlinked by the receiver
-once mapped. Receives match the oldest pending envelope with the wanted tag, in arrival order.
+key, read and deleted by the receiver; each message gets its own segment, a memfd with no name in
+/dev/shm (``simulator.shm.Handoff``) that the receiver opens through the sender's /proc fd and marks
+taken, so no message's bytes outlive the sending process, however it ends. Receives match the
+oldest pending envelope with the wanted tag, in arrival order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import threading
 import time
+from collections.abc import Sequence
 
 import torch.distributed as dist
 from torch import Tensor
 
-from simulator import rendezvous, shm
+from simulator import rendezvous, shm, timeouts
 from simulator.control import ControlPlane
 from simulator.dtypes import dtype_from_name
 from simulator.errors import P2PMismatch, RankTimeout, SimError
@@ -32,9 +36,8 @@ class P2PPlane:
     """Send and receive of one communicator on one rank; threads serving different peers may use it
     concurrently."""
 
-    def __init__(self, control: ControlPlane, stem: str) -> None:
+    def __init__(self, control: ControlPlane) -> None:
         self._ctl = control
-        self._stem = stem
         n = control.n
         self._lock = threading.Lock()
         self._sent = [0] * n
@@ -43,7 +46,7 @@ class P2PPlane:
         self._pending: list[list[tuple[int, Envelope]]] = [[] for _ in range(n)]
         self._arrivals = 0
         self._poppers: set[int] = set()
-        self._outbox: list[str] = []
+        self._outbox: list[shm.Handoff] = []  # sent messages whose receiver has not taken them yet
         self.rendezvous_bytes = rendezvous.threshold_bytes()
 
     def send(self, tensor: Tensor, dst: int, tag: int) -> None:
@@ -62,14 +65,14 @@ class P2PPlane:
         with self._lock:
             k = self._sent[dst]
             self._sent[dst] += 1
-            self._outbox = [name for name in self._outbox if shm.exists(name)]
+            self._release_taken()
         name = None
         if tensor.numel():
-            name = f"{self._stem}.p{ctl.g(dst)}.{k}"
-            buf = shm.create(name, nbytes(tensor))
+            segment = shm.Handoff(nbytes(tensor))
             with self._lock:
-                self._outbox.append(name)
-            typed(buf, 0, tensor.dtype, tensor.numel()).view(tensor.shape).copy_(tensor)
+                self._outbox.append(segment)
+            typed(segment.data, 0, tensor.dtype, tensor.numel()).view(tensor.shape).copy_(tensor)
+            name = segment.ref
         envelope = Envelope(k, tag, dtype_name(tensor.dtype), list(tensor.shape), name)
         st.set(envelope_key(ctl.me, dst, k), envelope.encode())
         if self.rendezvous_bytes is not None and nbytes(tensor) >= self.rendezvous_bytes:
@@ -124,8 +127,9 @@ class P2PPlane:
             peer = ""
             if src is not None and self.rendezvous_bytes is not None:
                 peer = f"; rank {ctl.g(src)} {rendezvous.peer_state(ctl.store(), src)}"
-            raise RankTimeout(f"{ctl.where()}: recv(tag={tag}) on rank {ctl.g(ctl.me)}: no matching "
-                              f"message from {who} within {ctl.timeout_s:g}s{nxt}{peer}")
+            raise RankTimeout(f"{ctl.where()}: " + timeouts.message(
+                f"recv(tag={tag}) on rank {ctl.g(ctl.me)}", ctl.timeout_s,
+                f"no matching message from {who}{nxt}{peer}"))
         if src is not None and self._claim(src):
             try:
                 self._pop(src, remaining)
@@ -201,8 +205,9 @@ class P2PPlane:
             self._recvd[src] += 1
         dtype, name = dtype_from_name(env.dtype), env.segment
         if dtype != tensor.dtype or math.prod(env.shape) != tensor.numel():
-            if name is not None:
-                shm.unlink(name)
+            if name is not None:  # refused: the sender may let it go
+                with contextlib.suppress(FileNotFoundError):
+                    shm.mark_taken(shm.open_handoff(name)[1])
             report = (f"{ctl.where()}: recv(tag={tag}) on rank {ctl.g(ctl.me)} matched message "
                       f"#{env.number} from rank {ctl.g(src)}: expected {tdesc(tensor)} (receive buffer), "
                       f"observed {env.describe()} (sent by rank {ctl.g(src)})")
@@ -210,26 +215,62 @@ class P2PPlane:
             raise P2PMismatch(report)
         if name is not None:
             try:
-                buf = shm.open_segment(name)
+                buf, head = shm.open_handoff(name)
             except FileNotFoundError:
                 raise SimError(f"{ctl.where()}: recv(tag={tag}) on rank {ctl.g(ctl.me)}: message "
                                f"#{env.number} from rank {ctl.g(src)} was dropped (sender closed)") from None
-            shm.unlink(name)
             tensor.copy_(typed(buf, 0, dtype, tensor.numel()).view(tensor.shape))
+            shm.mark_taken(head)
         return src
+
+    def _release_taken(self) -> None:
+        """Close the segments of sent messages their receivers have taken (the caller holds the lock)."""
+        for segment in [s for s in self._outbox if s.taken()]:
+            segment.close()
+        self._outbox = [s for s in self._outbox if s.fd >= 0]
 
     def close(self) -> None:
         """Give sends not yet received a grace period of min(timeout_s, 10 s) to be picked up (none on a
-        broken communicator), then unlink the segments of those still unreceived (dropped)."""
+        broken communicator), then close the segments of those still unreceived (dropped)."""
         deadline = time.monotonic() + (0.0 if self._ctl.broken else min(self._ctl.timeout_s, _CLOSE_GRACE_S))
         delay = 1e-4
         while True:
             with self._lock:
-                self._outbox = [name for name in self._outbox if shm.exists(name)]
+                self._release_taken()
                 unreceived = list(self._outbox)
             if not unreceived or time.monotonic() >= deadline:
                 break
             time.sleep(delay)
             delay = min(2 * delay, 0.05)
-        for name in unreceived:
-            shm.unlink(name)
+        with self._lock:
+            for segment in self._outbox:
+                segment.close()
+            self._outbox = []
+
+
+def recv_any(channels: Sequence[tuple[P2PPlane, int]], tensor: Tensor, tag: int) -> int:
+    """Receive the earliest message with ``tag`` on any of ``channels`` ((plane, local src) pairs: a lazy
+    group's pair communicators, one per peer); return the index of the channel it came from."""
+    if not channels:
+        raise ValueError("recv_any needs at least one channel")
+    for plane, _ in channels:
+        if plane._ctl.closed:
+            raise SimError(f"{plane._ctl.where()}: recv on rank {plane._ctl.g(plane._ctl.me)} after close()")
+    timeout_s = max(plane._ctl.timeout_s for plane, _ in channels)
+    deadline = time.monotonic() + timeout_s
+    delay = 5e-5
+    while True:
+        for i, (plane, src) in enumerate(channels):
+            hit = plane._take([src], tag)
+            if hit is None and plane._try_pop(src):
+                hit = plane._take([src], tag)
+            if hit is not None:
+                plane._consume(tensor, hit[0], hit[1], tag)
+                return i
+        if time.monotonic() >= deadline:
+            ctl = channels[0][0]._ctl
+            peers = ", ".join(str(plane._ctl.g(src)) for plane, src in channels)
+            raise RankTimeout(f"rank {ctl.g(ctl.me)}: " + timeouts.message(
+                f"recv(tag={tag}) from any rank", timeout_s, f"no matching message from ranks {peers}"))
+        time.sleep(delay)
+        delay = min(2 * delay, _POLL_MAX_S)

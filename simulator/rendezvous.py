@@ -21,6 +21,7 @@ import time
 
 import torch.distributed as dist
 
+from simulator import timeouts
 from simulator.errors import SimError
 
 DEFAULT_BYTES = 4 << 20
@@ -92,12 +93,12 @@ def wait_posted(store: dist.Store, *, me: int, dst: int, k: int, timeout_s: floa
     delay = 1e-4
     while posted() <= k:
         if time.monotonic() >= deadline:  # the key stays: the peer's own report names this send
-            raise P2PDeadlock(
-                f"{where}: {names[0]}: {what} to {names[1]} did not complete within {timeout_s:g}s: "
+            raise P2PDeadlock(f"{where}: {names[0]}: " + timeouts.message(
+                f"{what} to {names[1]} to complete", timeout_s,
                 f"rendezvous send (>= {threshold_bytes()} bytes: it completes only once the receiver posts "
                 f"its recv; {ENV}) and {names[1]} has posted {posted()} receive(s) from {names[0]}, "
                 f"this is #{k + 1}; {names[1]} {peer_state(store, dst)}. A send issued before the matching "
-                f"recv hangs on NCCL: post the recv first, or issue both in one batch_isend_irecv")
+                f"recv hangs on NCCL: post the recv first, or issue both in one batch_isend_irecv"))
         time.sleep(delay)
         delay = min(2 * delay, _POLL_MAX_S)
     store.delete_key(blocked_key(me))

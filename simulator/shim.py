@@ -27,6 +27,9 @@ works through the backport (2), and ``bind_device`` works on every version. What
    for a Python ``ProcessGroup``, so the simulator's groups report ``[cpu]`` there. Every check
    torch makes before and after runs unchanged; other backends' splits call torch untouched.
 
+5. torch < 2.14 only: ``batch_isend_irecv`` on a simulator group runs as one coalesced block, as 2.14
+   runs it (``simulator/batch.py``): op by op, a receive listed first blocked its pair's stream.
+
 ``uninstall()`` restores every original. Every replacement goes through one undo stack
 (``simulator.patches.Patches``); the accelerator answers of (4) are scoped to the thread running the
 split, so the simulator's stream threads, and every other thread, keep seeing torch's own.
@@ -46,6 +49,7 @@ import torch.distributed.distributed_c10d as c10d
 from packaging.version import Version
 from torch._C._distributed_c10d import Backend as C10dBackend
 
+from simulator import batch
 from simulator.patches import Patches
 
 BOUND_DEVICE = torch.device("cpu", 0)
@@ -54,6 +58,8 @@ TORCH = Version(Version(torch.__version__).base_version)
 REFUSES_CPU_DEVICE_ID = Version("2.15") > TORCH
 #: torch >= 2.14 hands the split source to the creator as a c10d Backend (v2.15.0 distributed_c10d.py:3119).
 SPLIT_FROM_IN_OPTIONS = hasattr(c10d._DistributedBackendOptions, "split_from")
+#: torch < 2.14 hands a Python group's batch_isend_irecv over op by op (v2.13.0 distributed_c10d.py:3049).
+SPLITS_PYTHON_BATCHES = Version("2.14") > TORCH
 
 _installed = Patches()  # what install() replaced, undone by uninstall()
 _virtual = threading.local()  # depth of virtual_accelerator blocks on this thread
@@ -226,6 +232,9 @@ def install() -> None:
         _installed.wrap(c10d, "_get_split_source", _wrapper(_sim_split_source))
     if REFUSES_CPU_DEVICE_ID:
         _installed.wrap(c10d, "_new_process_group_helper", _wrapper(_bind_cpu_device_id))
+    if SPLITS_PYTHON_BATCHES:
+        _installed.wrap(c10d, "batch_isend_irecv", _wrapper(batch.coalesce_sim_batches))
+        _installed.replace(dist, "batch_isend_irecv", c10d.batch_isend_irecv)
 
 
 def uninstall() -> None:

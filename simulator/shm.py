@@ -1,4 +1,4 @@
-"""POSIX shared-memory segments under /dev/shm: create, open, unlink and sweep."""
+"""POSIX shared-memory segments under /dev/shm (create, open, unlink, sweep), and nameless memfd handoffs for P2P."""
 
 from __future__ import annotations
 
@@ -141,3 +141,65 @@ def sweep(prefix: str) -> list[str]:
         if name.startswith(prefix) and unlink(name):
             removed.append(name)
     return removed
+
+
+# ----------------------------------------------------------------------------- handoff segments
+# A P2P message's bytes live in a memfd, which has no name in /dev/shm: the receiver opens it through
+# /proc/<sender pid>/fd/<fd>, so nothing outlives the processes however they end (SIGTERM, SIGKILL, os._exit).
+# The first HANDOFF_HEADER bytes hold a token (an fd number can be reused) and the receiver's "taken" flag.
+HANDOFF_HEADER = 16
+
+
+class Handoff:
+    """One message segment on the sending side: the fd kept open until the receiver has taken the bytes."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.fd = os.memfd_create("sim-p2p", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, HANDOFF_HEADER + nbytes)
+            self._map = _map(self.fd, HANDOFF_HEADER + nbytes)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.token = int.from_bytes(os.urandom(7), "little")
+        self._head = self._map[:HANDOFF_HEADER].view(torch.int64)
+        self._head[0] = self.token
+        self.ref = f"{os.getpid()}:{self.fd}:{self.token}"
+
+    @property
+    def data(self) -> torch.Tensor:
+        """The message's bytes (uint8)."""
+        return self._map[HANDOFF_HEADER:]
+
+    def taken(self) -> bool:
+        """True once the receiver has copied the bytes out (or refused them)."""
+        return bool(self._head[1].item())
+
+    def close(self) -> None:
+        """Close the fd (the memory goes once no process maps it)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def open_handoff(ref: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The receiver's (data, header) mappings of the handoff segment ``ref``; FileNotFoundError if the sender
+    has closed it (its process ended, or it gave the message up)."""
+    pid, fd, token = (int(x) for x in ref.split(":"))
+    try:
+        own = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+    except OSError:
+        raise FileNotFoundError(ref) from None
+    try:
+        whole = _map(own, os.fstat(own).st_size)
+    finally:
+        os.close(own)
+    head = whole[:HANDOFF_HEADER].view(torch.int64)
+    if head[0].item() != token:  # the fd number was reused for another file
+        raise FileNotFoundError(ref)
+    return whole[HANDOFF_HEADER:], head
+
+
+def mark_taken(head: torch.Tensor) -> None:
+    """Tell the sender its message has been taken (its fd can be closed)."""
+    head[1] = 1

@@ -10,12 +10,9 @@ freed by the kernel when the last process holding a mapping exits, even on SIGKI
 
 from __future__ import annotations
 
-import datetime
-
-import torch.distributed as dist
 from torch import Tensor
 
-from simulator import shm
+from simulator import shm, timeouts
 from simulator.control import ControlPlane
 from simulator.errors import SimError
 from simulator.wire import OpMeta, all_mapped_key, mapped_key
@@ -77,13 +74,11 @@ class SlotPlane:
         fresh, self._fresh = self._fresh, None
         if fresh is None:
             return
-        try:
-            st.wait([all_mapped_key(fresh)], datetime.timedelta(seconds=ctl.timeout_s))
-        except dist.DistStoreError:
+        if not timeouts.wait_keys(st, [all_mapped_key(fresh)], ctl.timeout_s):
             mapped = st.add(mapped_key(fresh), 0)
-            raise ctl.timed_out(f"{ctl.where(seq)}: {what} on rank {ctl.g(ctl.me)} timed out after "
-                                f"{ctl.timeout_s:g}s waiting for peers to map segment {fresh} "
-                                f"({mapped} of {ctl.n - 1} did)") from None
+            raise ctl.timed_out(f"{ctl.where(seq)}: " + timeouts.message(
+                f"{what} on rank {ctl.g(ctl.me)}", ctl.timeout_s,
+                f"peers did not map segment {fresh} ({mapped} of {ctl.n - 1} did)"))
         st.delete_key(mapped_key(fresh))
         st.delete_key(all_mapped_key(fresh))
 

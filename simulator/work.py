@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from simulator import timeouts
+
 
 def _outputs_of(done: torch.futures.Future, outputs: list[Any]) -> list[Any]:
     done.value()  # re-raises the launch's error into the result future
@@ -43,7 +45,8 @@ class SimWork(dist.Work):
             deadline = time.monotonic() + timeout.total_seconds()
             while not self._future.done():
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"simulator: work did not complete within {timeout}")
+                    raise RuntimeError(timeouts.message("the work to complete", timeout.total_seconds(),
+                                                        "its launch is still running on the simulator's stream"))
                 time.sleep(0.0005)
         self._future.wait()
         return True

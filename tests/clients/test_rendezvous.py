@@ -42,7 +42,8 @@ def test_send_before_recv_deadlock_is_reported_naming_both_ranks_and_ops() -> No
     for rank, report in enumerate(got):
         peer = 1 - rank
         assert report.startswith("P2PDeadlock"), f"rank {rank}: {report}"
-        assert f"rank {rank}: send #0 of float32[1048576] (tag 0) to rank {peer} did not complete" in report, report
+        assert (f"rank {rank}: Timed out waiting 4000ms for send #0 of float32[1048576] (tag 0) to rank {peer} "
+                "to complete") in report, report
         assert f"rank {peer} is blocked in send #0 of float32[1048576] (tag 0) to rank {rank}" in report, report
 
 

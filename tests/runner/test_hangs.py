@@ -34,7 +34,7 @@ def test_hung_rank_is_named_above_the_pool_grace(pools) -> None:
     assert by_rank[0].status == "timeout", by_rank[0]
     assert "maybe_inject" in by_rank[0].traceback
     assert by_rank[1].status is None, by_rank[1]  # rank 1 answered with its own outcome
-    assert "RankTimeout" in by_rank[1].detail and "waiting for rank(s) 0" in by_rank[1].detail
+    assert "RankTimeout" in by_rank[1].detail and "rank(s) 0 did not arrive" in by_rank[1].detail
     assert "rank 0 timed out" in result.detail
 
 

@@ -93,7 +93,8 @@ def test_exchange_timeout_names_the_absent_rank(own_connection: bool) -> None:
                        prefixes=prefixes if own_connection else ())
     peer = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
     peer.set("op/1/meta/1", "from rank 1")
-    with pytest.raises(RankTimeout, match=r"timed out after 0.5s waiting for rank\(s\) 2 \(arrived: 0, 1\)"):
+    expected = r"Timed out waiting 500ms for all_reduce on rank 0: rank\(s\) 2 did not arrive \(arrived: 0, 1\)"
+    with pytest.raises(RankTimeout, match=expected):
         ctl.exchange(1, "meta", "mine", to=range(3), frm=range(3), what="all_reduce")
     assert ctl.broken
     peer.set("op/2/meta/1", "one")

@@ -12,7 +12,7 @@ from simulator.work import SimWork
 def test_wait_times_out_on_an_unfinished_launch_and_returns_once_done() -> None:
     fut = torch.futures.Future()
     work = SimWork(fut)
-    with pytest.raises(RuntimeError, match="did not complete within"):
+    with pytest.raises(RuntimeError, match="Timed out waiting 50ms for the work to complete"):
         work.wait(datetime.timedelta(seconds=0.05))
     assert not work.is_completed()
     fut.set_result(None)
