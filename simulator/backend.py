@@ -527,17 +527,18 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._global_ranks.index(comm.members[local])
 
     def _recv_anysource_lazy(self, t: torch.Tensor, tag: int) -> SimWork:
+        """A lazy group's receive from any source: on the pair communicator of every peer at once."""
         peers = [p for p in range(self.size()) if p != self.rank()]
         pairs = [self._p2p_comm(p)[:2] for p in peers]
         for comm, _ in pairs:
             comm.fabric.post_receive(None)
 
         def any_source(_: Fabric) -> int:
-            src = peers[recv_any([(comm.fabric.p2p, local) for comm, local in pairs], t, tag)]
-            return 0 if self._defects.on("p2p_anysource_wrong_rank") else src
+            comm, local = pairs[recv_any([(comm.fabric.p2p, local) for comm, local in pairs], t, tag)]
+            return self._source_group_rank(comm, local)
 
         fut = pairs[0][0].launch("recv", any_source, stream="p2p:any")
-        return SimWork(fut, p2p=True, outputs=[t], defects=self._defects)
+        return self._parts.p2p_work(fut, outputs=[t])
 
     def _start_coalescing(self, device: Any) -> None:
         self._coalescing = []
