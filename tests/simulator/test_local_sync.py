@@ -4,8 +4,6 @@ teardown of a world whose rank 0 hosts the store (issue 24)."""
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
-import socket
 import sys
 import time
 import traceback
@@ -15,6 +13,8 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+
+from tests.simulator.worlds import run_world
 
 WORLD = 3
 MEMBERS = [1, 2]
@@ -46,23 +46,8 @@ def _rank(rank: int, port: int, stack: str, eager: bool, out: Any) -> None:
         out.put((rank, (traceback.format_exc(limit=3), -1.0)))
 
 
-def _world(stack: str, eager: bool) -> dict[int, tuple[Any, float]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, stack, eager, out)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=60) for _ in procs)
-    for p in procs:
-        p.join(10)
-    return results
-
-
 def test_members_only_group_returns_in_a_lazy_world() -> None:
-    seen = _world("nccl-legacy", eager=False)
+    seen = run_world(_rank, WORLD, "nccl-legacy", False)
     assert seen[0][0] == "non-member"
     assert [seen[r][0] for r in MEMBERS] == [3.0, 3.0], seen
 
@@ -73,7 +58,7 @@ def test_members_only_group_returns_in_a_lazy_world() -> None:
     ("torchcomms", "NotImplementedError: new_group cannot delegate to split_group with use_local_synchronization"),
 ])
 def test_members_only_group_is_refused_at_once_where_it_would_be_split(stack: str, needle: str) -> None:
-    seen = _world(stack, eager=True)
+    seen = run_world(_rank, WORLD, stack, True)
     for r in MEMBERS:
         got, took = seen[r]
         assert needle in str(got) and took < 5.0, (r, got, took)  # not the 10 s timeout
