@@ -51,6 +51,16 @@ def with_options(tp: int = 2, pp: int = 1, backend: str = "cpu:sim") -> None:
             dist.new_group(ranks, backend=backend, pg_options=options)
 
 
+def with_gloo_groups(tp: int = 2, pp: int = 1) -> None:
+    """Simulator tensor-parallel groups and gloo data-parallel groups, as Megatron-Core makes gloo groups
+    beside its NCCL ones (device-qualified here: ``cpu:gloo``)."""
+    groups = layouts(dist.get_world_size(), tp, pp)
+    for ranks in groups["tp"]:
+        dist.new_group(ranks)
+    for ranks in groups["dp"]:
+        dist.new_group(ranks, backend="cpu:gloo")
+
+
 def bare_filter(tp: int = 2, pp: int = 1) -> None:
     """Flawed: asks for the bare backend name, which torchcomms' device-qualified filters refuse to guess."""
     with_options(tp, pp, backend="sim")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -14,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from simulator import faults
-from simulator.comm import Communicator, release_namespace, rendezvous, root_store, world_namespace
+from simulator.comm import Communicator, hosts_store, release_namespace, rendezvous, root_store, world_namespace
 from simulator.config import SimOptions, parse_hints
 from simulator.errors import refuse_sparse
 from simulator.events import LOG
@@ -24,6 +25,7 @@ from simulator.parts import REFERENCE, Parts
 from simulator.work import SimWork
 
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX")
+LEAVE_WAIT_S = 10.0  # how long the world's rank 0 waits at teardown for its peers to be done with the store
 LAZY_P2P_WARNING = (
     "simulator: send/recv on a lazily initialised group create a 2-rank communicator per "
     "peer pair; pass device_id to init_process_group to bind a device so P2P reuses the "
@@ -84,6 +86,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._comm = comm
         self._is_world = is_world
         self._released = False
+        self._left = False
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
         self._warned = False
         self._coalescing: list[tuple[Communicator, str, Callable[[Fabric], Any]]] | None = None
@@ -148,6 +151,16 @@ class SimProcessGroup(dist.ProcessGroup):
     def creation_binding(self, bound: Any) -> Any:
         """The device the group is bound to when created: the one torch bound it to (``device_id=``), if any."""
         return bound
+
+    def refuse_local_synchronization(self, ranks: list[int]) -> None:
+        """Refuse a members-only new_group (``use_local_synchronization=True``) of ``ranks`` in this bound world:
+        its communicator would be split from the world's, a split every rank of the world must join (as
+        ncclCommSplit; NCCL hangs there, NVIDIA-NeMo/RL PR 3189, and pytorch PR 129965 proposed this refusal)."""
+        raise RuntimeError(
+            f"rank {self.my_global_rank}: new_group(ranks={ranks}, use_local_synchronization=True) in a world bound "
+            f"to {self.bound_device_id}: the group's communicator is split from the world's, which all "
+            f"{self.size()} ranks must join, but only the members call new_group (NCCL hangs here); call new_group "
+            "on every rank (use_local_synchronization=False) or use split_group")
 
     def splits_unbound(self) -> bool:
         """Whether torch may split this group while the world has no bound device: no (torch <= 2.14 refuses
@@ -303,13 +316,30 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._effective_config(options, comm_name="split")
 
     def shutdown(self) -> None:
-        """Destroy every communicator of this group (the world's rank 0 also releases the world's uid key)."""
+        """Destroy every communicator of this group (the world's rank 0 also releases the world's uid key, and
+        leaves last: ``_leave_together``)."""
         for comm in [self._comm, *self._pair_comms.values()]:
             if comm is not None:
                 comm.destroy()
         self._comm = None
         self._pair_comms.clear()
         self._release_namespace()
+        if self._is_world and not self._left:
+            self._left = True
+            self._leave_together()
+
+    def _leave_together(self) -> None:
+        """Every rank of the world posts that it is done with the store; a rank that hosts the store's server
+        (rank 0 under tcp:// or env:// init) waits (at most LEAVE_WAIT_S) until each rank has: its
+        destroy_process_group drops the server, and a peer still finishing its last op on the store then
+        failed with "Connection was likely closed" (issue 24: about 1 world in 10). A peer that never tears
+        down costs the host that wait, once; where the store lives elsewhere (the suite's pools, torchrun's
+        agent) nobody waits."""
+        with contextlib.suppress(Exception):  # a store already gone, or a peer that never comes: leave anyway
+            self._comm_store.set(f"left/{self.rank()}", b"1")
+            if hosts_store(self._root):
+                wait_s = min(self._timeout_s, LEAVE_WAIT_S)
+                self._comm_store.wait([f"left/{r}" for r in range(self.size())], timedelta(seconds=wait_s))
 
     def _release_namespace(self) -> None:
         """On the world's rank 0, once: delete the world's uid key (simulator.comm.release_namespace). Done

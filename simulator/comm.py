@@ -58,6 +58,28 @@ def release_namespace(store: dist.Store) -> None:
         store.delete_key(UID_KEY)
 
 
+def hosts_store(store: dist.Store | None) -> bool:
+    """Whether this process hosts ``store``'s TCPStore server: one of its sockets listens on the store's port
+    (Linux /proc; False where that cannot be read)."""
+    if not isinstance(store, dist.TCPStore):
+        return False
+    mine = set()
+    for fd in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        with contextlib.suppress(OSError):  # an fd another thread closed meanwhile
+            mine.add(os.readlink(f"/proc/self/fd/{fd}"))
+    try:
+        for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+            with open(table) as rows:
+                for row in list(rows)[1:]:
+                    fields = row.split()
+                    port, state, inode = int(fields[1].rsplit(":", 1)[1], 16), fields[3], fields[9]
+                    if port == store.port and state == "0A" and f"socket:[{inode}]" in mine:  # 0A: LISTEN
+                        return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
 def plain_copy(value: Any) -> Any:
     """A deep copy of ``value``: dicts, lists and scalars copied directly (a config is plain data, and this
     runs for every communicator), anything else through copy.deepcopy."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -179,6 +180,20 @@ def _split_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
         return original(*args, **kwargs)
 
 
+def _new_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """new_group, refused at once on the members of a members-only group (``use_local_synchronization=True``)
+    that would be split from a bound simulator world: the split needs every rank of the world, and the others
+    never call, so the members would wait out the timeout (what NCCL does: it hangs)."""
+    bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
+    ranks, backend = bound.get("ranks"), bound.get("backend")
+    if bound.get("use_local_synchronization") and ranks is not None and dist.is_initialized():
+        default = c10d._get_default_group()
+        if (_is_sim(default) and default.bound_device_id is not None and dist.get_rank() in ranks
+                and (backend is None or str(backend).split(":")[-1] == default.getBackendName())):
+            default.refuse_local_synchronization(sorted(ranks))
+    return original(*args, **kwargs)
+
+
 def _python_split_source(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """torch's split source, a c10d Backend handle where it is a Python ProcessGroup."""
     source = original(*args, **kwargs)
@@ -228,6 +243,8 @@ def install() -> None:
         return
     _installed.wrap(c10d, "split_group", _wrapper(_split_group))
     _installed.replace(dist, "split_group", c10d.split_group)
+    _installed.wrap(c10d, "new_group", _wrapper(_new_group))
+    _installed.replace(dist, "new_group", c10d.new_group)
     if SPLIT_FROM_IN_OPTIONS:
         _installed.wrap(c10d, "_get_split_source", _wrapper(_sim_split_source))
     if REFUSES_CPU_DEVICE_ID:

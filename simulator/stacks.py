@@ -87,6 +87,12 @@ class TorchcommsPath(_AlwaysBound):
 
     perform_nocolor_split = SimProcessGroup.perform_nocolor_split
 
+    def refuse_local_synchronization(self, ranks: list[int]) -> None:
+        """torch 2.13's torchcomms routing delegates new_group to split_group and refuses a members-only group
+        in these words (v2.13.0 distributed_c10d.py:5893-5898)."""
+        raise NotImplementedError("new_group cannot delegate to split_group with use_local_synchronization=True; "
+                                  "split_group requires all ranks in the parent group to participate.")
+
     def _effective_config(self, options: SimOptions, comm_name: str, warn: bool = True) -> dict[str, Any]:
         """The config the communicator gets from its hints alone: each option field read back from the hint
         torchcomms maps into ncclConfig_t (or consumes itself), and the hints as parsed."""

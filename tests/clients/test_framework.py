@@ -37,6 +37,12 @@ def test_options_as_hints_are_judged_on_the_torchcomms_stack_only() -> None:
     assert outcome == "skip" and "torchcomms stack only, not on nccl-legacy" in detail, detail
 
 
+def test_a_gloo_group_is_judged_by_the_binding_it_shows_not_failed_for_lacking_a_simulator_communicator() -> None:
+    got = outcomes(framework.run(f"{BUILDERS}:with_gloo_groups", 4, {}, stack="torchcomms"))
+    assert got["SPLIT-BOUND-INHERIT"] == ("pass", "4 groups judged on 4 ranks"), got["SPLIT-BOUND-INHERIT"]
+    assert got["SPLIT-MEMBERSHIP"][0] == "pass", got["SPLIT-MEMBERSHIP"]
+
+
 def test_bare_filter_fails_naming_it() -> None:
     got = outcomes(framework.run(f"{BUILDERS}:bare_filter", 4, {}))
     outcome, detail = got["QUAL-SUBGROUP-FILTER"]

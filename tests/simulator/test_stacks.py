@@ -4,14 +4,14 @@ the world is bound, what an eager new_group with a non-member does, and where P2
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
-import socket
 import traceback
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+
+from tests.simulator.worlds import run_world
 
 WORLD = 3
 
@@ -44,23 +44,6 @@ def _rank(rank: int, port: int, stack: str, out: Any) -> None:
         out.put((rank, {"error": traceback.format_exc(limit=4)}))
 
 
-def _world(stack: str) -> dict[int, dict[str, Any]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, stack, out)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(5)
-        if p.is_alive():
-            p.kill()  # a rank left waiting in a group its failed peer never joined
-    return results
-
-
 # stack -> (bound without device_id, the non-member's new_group outcome, P2P pair communicators on rank 0)
 EXPECTED = {
     "nccl-legacy": ("None", "ok", ["c0.p0x1"]),
@@ -73,7 +56,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("stack", list(EXPECTED))
 def test_stack_binding_nonmember_new_group_and_p2p(stack: str) -> None:
-    seen = _world(stack)
+    seen = run_world(_rank, WORLD, stack)
     errors = {r: s["error"] for r, s in seen.items() if "error" in s}
     assert not errors, f"ranks failed: {errors}"
     bound, nonmember, pairs = EXPECTED[stack]
