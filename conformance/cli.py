@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from conformance import framework, inputs, interrupts
+from conformance.checks.cases import DEFAULT_BUDGET, DEFAULT_SEED, Generation
 from conformance.import_probe import probe_import
 from conformance.outcomes import Outcome
 from conformance.report import Result, Verdict, write_report
@@ -96,6 +97,28 @@ def _progress(total: int) -> Any:
     return show
 
 
+def _seed(text: str) -> int:
+    try:
+        return inputs.seed(text)
+    except inputs.InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _budget(text: str) -> int:
+    try:
+        return inputs.budget(text)
+    except inputs.InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_generation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
+                   help=f"seed of the generated data cases (default {DEFAULT_SEED}); the report records it")
+    p.add_argument("--budget", type=_budget, default=DEFAULT_BUDGET,
+                   help=f"random generated cases per plan on top of the boundary ones (default {DEFAULT_BUDGET}; "
+                        "0: boundary cases only)")
+
+
 def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
     p.add_argument("--world-sizes", type=_sizes, default=_sizes(world_sizes), help="comma-separated, e.g. 2,4")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where <target>.json/.md go")
@@ -106,6 +129,7 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
     p.add_argument("--launcher", choices=("pool", "env"), default="pool",
                    help="pool: the suite starts its own rank processes; env: this process is one rank of a "
                         "torchrun job (torchrun --nproc-per-node N -m conformance run ... --launcher env)")
+    _add_generation_args(p)
 
 
 def _finish(run: SuiteRun, args: argparse.Namespace) -> ExitCode:
@@ -253,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
     # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
     p.add_argument("--timeout", type=_timeout, default=8.0, help="per-check timeout; mutants make ranks wait it out")
+    _add_generation_args(p)
     p.set_defaults(fn=cmd_defects)
     p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
     framework.add_arguments(p)
@@ -268,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "certify", "defects"):
         interrupts.install()  # SIGTERM stops a run as Ctrl-C does; a second signal never breaks the cleanup
     try:
+        if args.command in ("run", "certify", "defects"):
+            with Generation(args.seed, args.budget).exported():  # the rank processes inherit it
+                return args.fn(args)
         return args.fn(args)
     except SpecError as exc:
         console.print(f"[red]error in the spec:[/] {escape(str(exc))}", soft_wrap=True)

@@ -15,6 +15,7 @@ import os
 import random
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -57,9 +58,19 @@ class Generation:
         """The values the front door exported (``to_env``), else the defaults."""
         return cls(int(os.environ.get(ENV_SEED, DEFAULT_SEED)), int(os.environ.get(ENV_BUDGET, DEFAULT_BUDGET)))
 
-    def export(self) -> None:
-        """Set them in this process's environment, which the rank processes inherit."""
+    @contextmanager
+    def exported(self) -> Iterator[None]:
+        """Set them in this process's environment, which the rank processes it starts inherit; restored after."""
+        saved = {k: os.environ.get(k) for k in (ENV_SEED, ENV_BUDGET)}
         os.environ[ENV_SEED], os.environ[ENV_BUDGET] = str(self.seed), str(self.budget)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
     def to_json(self) -> dict[str, int]:
         """The report's ``generation`` field."""

@@ -38,6 +38,10 @@ def _environment(report: dict[str, Any]) -> list[str]:
     env = report["environment"]
     rows = [[k, "—" if v is None else f"`{v}`"] for k, v in env.items()]
     rows += [["started", report["started"]], ["finished", report["finished"]]]
+    if "generation" in report:
+        gen = report["generation"]
+        rows.append(["generated cases", f"seed {gen['seed']}, budget {gen['budget']} (`--seed {gen['seed']} "
+                                        f"--budget {gen['budget']}` reproduces them)"])
     return ["## Environment", "", *_table(["item", "value"], rows), ""]
 
 
