@@ -11,6 +11,7 @@ environment the rank processes inherit (``Generation.from_env``); the report rec
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import zlib
@@ -36,7 +37,10 @@ SIZE_BOUNDARIES: tuple[tuple[str, int, int], ...] = (  # (label, bytes, tail in 
     ("64KiB+1e", 64 * KIB, 1), ("1MiB+1e", MIB, 1), ("4MiB+3e", 4 * MIB, 3),
 )
 BIG_LABELS = ("1MiB+1e", "4MiB+3e")  # the costly ones: in a plan's boundary cases only where it says so
-SAMPLE_MAX_BYTES = 8 * MIB + 7  # random sizes reach past 4 MiB, up to this, when the budget is above 0
+# Sampled sizes reach this at the default budget, and past the largest boundary, to LARGE_SAMPLE_MAX_BYTES,
+# with a larger budget (a longer run).
+SAMPLE_MAX_BYTES = MIB + 7
+LARGE_SAMPLE_MAX_BYTES = 16 * MIB + 7
 
 INT_DTYPES = (torch.int64, torch.int32, torch.int8, torch.uint8)
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
@@ -133,7 +137,7 @@ class Plan:
     name: str
     dims: dict[str, tuple[Any, ...]]
     valid: Valid = lambda d: True
-    samplers: dict[str, Callable[[random.Random], Any]] = field(default_factory=dict)
+    samplers: dict[str, Callable[[random.Random, Generation], Any]] = field(default_factory=dict)
     core: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def cases(self, gen: Generation, world_size: int) -> list[Case]:
@@ -142,23 +146,24 @@ class Plan:
         out: list[Case] = []
         for dim, values in self.dims.items():
             for value in values:
-                combo = self._complete(rng, {dim: value})
+                combo = self._complete(rng, gen, {dim: value})
                 if combo is not None:
                     out.append(Case(self.name, len(out), tuple(combo.items())))
         for _ in range(gen.budget):
-            combo = self._complete(rng, {}, sample=True)
+            combo = self._complete(rng, gen, {}, sample=True)
             if combo is not None:
                 out.append(Case(self.name, len(out), tuple(combo.items()), boundary=False))
         return out
 
-    def _complete(self, rng: random.Random, fixed: dict[str, Any], sample: bool = False) -> dict[str, Any] | None:
+    def _complete(self, rng: random.Random, gen: Generation, fixed: dict[str, Any],
+                  sample: bool = False) -> dict[str, Any] | None:
         for attempt in range(200):  # redraw the free dimensions until the combination is valid
             combo = {}
             for dim, values in self.dims.items():
                 if dim in fixed:
                     combo[dim] = fixed[dim]
                 elif sample and dim in self.samplers:
-                    combo[dim] = self.samplers[dim](rng)
+                    combo[dim] = self.samplers[dim](rng, gen)
                 else:
                     combo[dim] = rng.choice(self.core.get(dim, values) if not sample and attempt < 100 else values)
             if self.valid(combo):
@@ -176,9 +181,11 @@ def sizes(big: bool = True) -> tuple[str, ...]:
     return tuple(label for label, _, _ in SIZE_BOUNDARIES if big or label not in BIG_LABELS)
 
 
-def sample_size(rng: random.Random) -> str:
-    """A random size label: bytes log-uniform up to SAMPLE_MAX_BYTES, with a tail of -1..+3 elements."""
-    nbytes = int(2 ** rng.uniform(0, SAMPLE_MAX_BYTES.bit_length() - 1))
+def sample_size(rng: random.Random, gen: Generation) -> str:
+    """A random size label: bytes log-uniform up to SAMPLE_MAX_BYTES (LARGE_SAMPLE_MAX_BYTES with a budget
+    above the default), with a tail of -1..+3 elements."""
+    top = SAMPLE_MAX_BYTES if gen.budget <= DEFAULT_BUDGET else LARGE_SAMPLE_MAX_BYTES
+    nbytes = int(2 ** rng.uniform(0, math.log2(top)))
     return f"~{nbytes}B{rng.randint(-1, 3):+d}e"
 
 
