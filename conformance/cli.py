@@ -230,6 +230,23 @@ def cmd_targets(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def cmd_coverage(args: argparse.Namespace) -> ExitCode:
+    """Print which boundary values of each generated dimension every data check hits."""
+    from conformance.checks.coverage import rows
+
+    generation = Generation(args.seed, args.budget)
+    table = Table(title=f"generated cases at world size {args.world_size} (--seed {generation.seed} "
+                        f"--budget {generation.budget})")
+    for column in ("requirement", "plan", "cases", "dimension", "boundary values hit", "missed"):
+        table.add_column(column)
+    missed_any = False
+    for requirement, plan, count, dim, hit, missed in rows(generation, args.world_size):
+        missed_any = missed_any or bool(missed)
+        table.add_row(requirement, plan, str(count), dim, ", ".join(hit), ", ".join(missed) or "—")
+    Console(width=200).print(table)
+    return ExitCode.NON_CONFORMANT if missed_any else ExitCode.OK
+
+
 def cmd_defects(args: argparse.Namespace) -> ExitCode:
     """Run the defect matrix against the simulator."""
     from conformance.defect_matrix import run_matrix
@@ -279,6 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_timeout, default=8.0, help="per-check timeout; mutants make ranks wait it out")
     _add_generation_args(p)
     p.set_defaults(fn=cmd_defects)
+    p = sub.add_parser("coverage", help="print which boundary values of each generated dimension every check hits")
+    p.add_argument("--world-size", type=int, default=4, choices=range(2, inputs.MAX_WORLD_SIZE + 1),
+                   metavar="N", help="world size the cases are generated for (default 4)")
+    _add_generation_args(p)
+    p.set_defaults(fn=cmd_coverage)
     p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
     framework.add_arguments(p)
     p.set_defaults(fn=framework.cmd_framework)

@@ -110,14 +110,15 @@ class Case:
 
     def describe(self) -> str:
         kind = "boundary" if self.boundary else "sampled"
-        return f"{self.plan} case {self.index} ({kind}): " + ", ".join(f"{k}={_show(v)}" for k, v in self.dims)
+        return f"{self.plan} case {self.index} ({kind}): " + ", ".join(f"{k}={show(v)}" for k, v in self.dims)
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
+    """A dimension value as the report and the coverage table print it (``float32``, ``64KiB+1e``)."""
     if isinstance(value, torch.dtype):
         return str(value).removeprefix("torch.")
     if isinstance(value, tuple):
-        return "/".join(_show(v) for v in value)
+        return "/".join(show(v) for v in value)
     return str(value)
 
 
@@ -129,9 +130,10 @@ class Plan:
     """Dimensions with their boundary values; ``valid`` filters combinations (an op a dtype lacks).
 
     ``samplers`` draw a random value for a dimension (a size in bytes past the boundaries); a dimension
-    without one samples among its boundary values. ``core`` narrows the values the other dimensions of a
+    without one samples among its boundary values. ``core`` narrows the values the free dimensions of a
     boundary case are drawn from (the ops and dtypes every backend must run), so that a boundary value is
-    not spent on a combination a backend may decline.
+    not spent on a combination a backend may decline. Values in ``alone`` (the MiB sizes: the costliest)
+    get a case of their own, the other dimensions drawn from ``core``.
     """
 
     name: str
@@ -139,25 +141,51 @@ class Plan:
     valid: Valid = lambda d: True
     samplers: dict[str, Callable[[random.Random, Generation], Any]] = field(default_factory=dict)
     core: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    alone: tuple[Any, ...] = BIG_LABELS
 
     def cases(self, gen: Generation, world_size: int) -> list[Case]:
-        """Every boundary value of every dimension once, the others drawn from the seed; then the samples."""
+        """Every boundary value of every dimension at least once, packed: each case takes the next pending
+        value of every dimension it can (a seeded order), so a plan needs about as many boundary cases as its
+        longest dimension has values; then ``gen.budget`` sampled cases."""
         rng = random.Random(stable_seed(gen.seed, world_size, self.name))
-        out: list[Case] = []
+        pending = {d: [v for v in rng.sample(values, len(values)) if v not in self.alone]
+                   for d, values in self.dims.items()}
+        combos: list[dict[str, Any]] = []
+        while any(pending.values()):
+            combo = self._packed(rng, gen, {d: p[0] for d, p in pending.items() if p})
+            if combo is None:  # the first pending value fits no combination at all: drop it
+                first = next(d for d, p in pending.items() if p)
+                pending[first].pop(0)
+                continue
+            combos.append(combo)
+            for d, value in combo.items():
+                if value in pending[d]:
+                    pending[d].remove(value)
         for dim, values in self.dims.items():
-            for value in values:
-                combo = self._complete(rng, gen, {dim: value})
-                if combo is not None:
-                    out.append(Case(self.name, len(out), tuple(combo.items())))
+            combos += [c for v in values if v in self.alone and (c := self._complete(rng, gen, {dim: v}))]
+        out = [Case(self.name, i, tuple(c.items())) for i, c in enumerate(combos)]
         for _ in range(gen.budget):
             combo = self._complete(rng, gen, {}, sample=True)
             if combo is not None:
                 out.append(Case(self.name, len(out), tuple(combo.items()), boundary=False))
         return out
 
-    def _complete(self, rng: random.Random, gen: Generation, fixed: dict[str, Any],
-                  sample: bool = False) -> dict[str, Any] | None:
-        for attempt in range(200):  # redraw the free dimensions until the combination is valid
+    def _packed(self, rng: random.Random, gen: Generation, wanted: dict[str, Any]) -> dict[str, Any] | None:
+        """A valid combination holding as many of ``wanted`` as it can: all, else all but one (the last
+        dimensions given up first), and so on; the first dimension's value always."""
+        keys = list(wanted)
+        while keys:
+            for skip in [None, *reversed(keys[1:])]:
+                combo = self._complete(rng, gen, {k: wanted[k] for k in keys if k != skip},
+                                       tries=20 if len(keys) > 1 else 400)
+                if combo is not None:
+                    return combo
+            keys.pop()
+        return None
+
+    def _complete(self, rng: random.Random, gen: Generation, fixed: dict[str, Any], sample: bool = False,
+                  tries: int = 200) -> dict[str, Any] | None:
+        for attempt in range(tries):  # redraw the free dimensions until the combination is valid
             combo = {}
             for dim, values in self.dims.items():
                 if dim in fixed:
@@ -165,14 +193,15 @@ class Plan:
                 elif sample and dim in self.samplers:
                     combo[dim] = self.samplers[dim](rng, gen)
                 else:
-                    combo[dim] = rng.choice(self.core.get(dim, values) if not sample and attempt < 100 else values)
+                    narrow = not sample and attempt < tries // 2
+                    combo[dim] = rng.choice(self.core.get(dim, values) if narrow else values)
             if self.valid(combo):
                 return combo
         return None
 
     def coverage(self, cases: Sequence[Case]) -> dict[str, list[str]]:
         """Per dimension, the boundary values that ``cases`` hit (in the plan's order)."""
-        return {dim: [_show(v) for v in values if any(c[dim] == v for c in cases)]
+        return {dim: [show(v) for v in values if any(c[dim] == v for c in cases)]
                 for dim, values in self.dims.items()}
 
 

@@ -28,7 +28,7 @@ def _valid(d: dict[str, Any]) -> bool:
     if d["values"] == "unsigned high" and dtypes != (torch.uint8,):
         return False
     op = d["op"] if d["kind"] != "all_gather_into_tensor" else None
-    if not all(cc.applicable(op, t) for t in dtypes):
+    if not cc.op_matters(d) or not all(cc.applicable(op, t) for t in dtypes):
         return False
     return d["count"] * gc.numel(d["size"], torch.float64, 8) * 8 <= BLOCK_BYTES
 

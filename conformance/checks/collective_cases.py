@@ -14,6 +14,7 @@ from conformance.checks import data
 from conformance.checks import reference as ref
 from conformance.checks.cases import Case, Plan
 from conformance.checks.common import optional_case
+from conformance.checks.generated import Declined
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed
 
@@ -40,10 +41,19 @@ def refusal_names(op: str | None, dtype: torch.dtype, *extra: str) -> tuple[str,
     return (*(() if op is None else (op,)), *ALIASES.get(dtype, (ref.dtype_name(dtype),)), *extra)
 
 
+REDUCING = ("all_reduce", "reduce", "reduce_scatter_tensor")
+
+
+def op_matters(d: dict[str, Any]) -> bool:
+    """A kind that moves data has no reduce op: its cases carry SUM as a placeholder, so that every op's
+    boundary case is a reduction."""
+    return d.get("kind", "all_reduce") in REDUCING or d.get("op", "SUM") == "SUM"
+
+
 def _valid(d: dict[str, Any]) -> bool:
     if d.get("values") == "unsigned high" and d.get("dtype") != torch.uint8:
         return False
-    return applicable(d.get("op"), d["dtype"]) and gc.affordable(d["size"], d["dtype"], 8)
+    return op_matters(d) and applicable(d.get("op"), d["dtype"]) and gc.affordable(d["size"], d["dtype"], 8)
 
 
 # The other dimensions of a boundary case are drawn from these: the ops and dtypes every backend must run,
@@ -66,7 +76,7 @@ NONCONTIGUOUS = Plan("non-contiguous", {
     "op": ("SUM", "MAX"), "dtype": (torch.float32, torch.int64, torch.bfloat16), "size": gc.sizes(big=False),
     "values": ("small", "full range")},
     valid=lambda d: ("flat" not in (d["in_layout"], d["out_layout"]) or d["in_layout"] != d["out_layout"])
-    and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE)
+    and op_matters(d) and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE)
 ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", "all to one"),
                  in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
 
@@ -101,7 +111,8 @@ def expected_reduction(case: Case, columns: list[torch.Tensor], op: str) -> data
 def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[], object],
         noncontiguous: bool = False, required: bool | None = None, extra_names: tuple[str, ...] = ()) -> bool:
     """Run a case's call: required cases (by default the required ops on the required dtypes, contiguous)
-    must run; optional ones may be refused naming the op, the dtype, contiguity or ``extra_names``."""
+    must run; optional ones may be refused naming the op, the dtype, contiguity or ``extra_names``: then
+    ``Declined`` (run_plan re-runs the case with the common op and dtype)."""
     dtype = case["dtype"]
     if required is None:
         required = (op is None or op in REQUIRED_OPS) and dtype in REQUIRED_DTYPES and not noncontiguous
@@ -110,12 +121,12 @@ def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[
         return True
     key = f"{dict(case.dims).get('kind', case.plan)} {op} {dtype} {'non-contiguous' if noncontiguous else ''}"
     if key in ctx.declined:  # refused once already (and noted): every rank skips it alike
-        return False
+        raise Declined(key)
     names = refusal_names(op, dtype, *(CONTIGUOUS_WORDS if noncontiguous else ()), *extra_names)
-    ran = optional_case(ctx, what, fn, names)
-    if not ran:
+    if not optional_case(ctx, what, fn, names):
         ctx.declined.add(key)
-    return ran
+        raise Declined(key)
+    return True
 
 
 def expect(ctx: CheckContext, what: str, placed: data.Placed, want: data.Expected) -> None:

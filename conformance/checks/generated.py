@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterator
 
+import torch
+
 from conformance.checks import cases as gen_cases
 from conformance.checks.cases import Case, Plan
 from conformance.checks.common import Findings
@@ -18,13 +20,26 @@ from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed
 
 MAX_SHRINK_STEPS = 16  # candidates tried at most, whatever they give (a fixed count: every rank stops alike)
+# What a declined case is re-run with, so that its other dimensions' boundary values still run.
+FALLBACK = {"op": "SUM", "dtype": torch.float32, "dtype mix": "float32", "values": "full range"}
 RunOne = Callable[[Case], None]
 
 
-def _attempt(run_one: RunOne, case: Case) -> tuple[str, str | Exception | None]:
-    """("ok", None), ("fail", message) or ("raised", exception)."""
+class Declined(Exception):
+    """The target refused the case's op or dtype with a named refusal (noted by ``optional_case``)."""
+
+
+def _attempt(run_one: RunOne, case: Case, plan: Plan | None = None) -> tuple[str, str | Exception | None]:
+    """("ok", None), ("fail", message) or ("raised", exception). A declined case is re-run once with the
+    common op, dtype and values (``FALLBACK``) in place of its own, when ``plan`` admits that combination."""
     try:
         run_one(case)
+    except Declined:
+        fallback = {k: v for k, v in FALLBACK.items() if k in dict(case.dims)}
+        retry = case.with_(**fallback)
+        if plan is None or retry == case or not plan.valid(dict(retry.dims)):
+            return "ok", None
+        return _attempt(run_one, retry)
     except CheckFailed as exc:
         return "fail", str(exc)
     except Exception as exc:  # noqa: BLE001 - the caller stops the sweep on it, as Findings does
@@ -99,7 +114,7 @@ def run_plan(ctx: CheckContext, found: Findings, plan: Plan, run_one: RunOne, me
     for case in cases:
         if found.raised is not None:
             return cases
-        status, detail = _attempt(run_one, case)
+        status, detail = _attempt(run_one, case, plan)
         if status == "raised":
             found.raised = detail  # type: ignore[assignment]
             return cases
