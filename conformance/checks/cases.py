@@ -142,6 +142,7 @@ class Plan:
     samplers: dict[str, Callable[[random.Random, Generation], Any]] = field(default_factory=dict)
     core: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     alone: tuple[Any, ...] = BIG_LABELS
+    pairwise: tuple[tuple[str, str], ...] = ()  # dimension pairs whose every valid value pair is a boundary case
 
     def cases(self, gen: Generation, world_size: int) -> list[Case]:
         """Every boundary value of every dimension at least once, packed: each case takes the next pending
@@ -150,14 +151,23 @@ class Plan:
         rng = random.Random(stable_seed(gen.seed, world_size, self.name))
         pending = {d: [v for v in rng.sample(values, len(values)) if v not in self.alone]
                    for d, values in self.dims.items()}
+        pairs = [((a, va), (b, vb)) for a, b in self.pairwise for va in self.dims[a] for vb in self.dims[b]
+                 if va not in self.alone and vb not in self.alone]
+        pairs = rng.sample(pairs, len(pairs))
         combos: list[dict[str, Any]] = []
-        while any(pending.values()):
-            combo = self._packed(rng, gen, {d: p[0] for d, p in pending.items() if p})
+        while any(pending.values()) or pairs:
+            wanted = dict(pairs[0]) if pairs else {}
+            wanted.update({d: p[0] for d, p in pending.items() if p and d not in wanted})
+            combo = self._packed(rng, gen, wanted)
+            if pairs and (combo is None or any(combo[d] != v for d, v in pairs[0])):
+                pairs.pop(0)  # a pair no valid combination holds (an op a dtype lacks): not a case
+                continue
             if combo is None:  # the first pending value fits no combination at all: drop it
                 first = next(d for d, p in pending.items() if p)
                 pending[first].pop(0)
                 continue
             combos.append(combo)
+            pairs = [p for p in pairs if any(combo[d] != v for d, v in p)]
             for d, value in combo.items():
                 if value in pending[d]:
                     pending[d].remove(value)
@@ -172,10 +182,10 @@ class Plan:
 
     def _packed(self, rng: random.Random, gen: Generation, wanted: dict[str, Any]) -> dict[str, Any] | None:
         """A valid combination holding as many of ``wanted`` as it can: all, else all but one (the last
-        dimensions given up first), and so on; the first dimension's value always."""
+        dimensions given up first), and so on; the first two dimensions' values (a pair) always."""
         keys = list(wanted)
         while keys:
-            for skip in [None, *reversed(keys[1:])]:
+            for skip in [None, *reversed(keys[2:])]:
                 combo = self._complete(rng, gen, {k: wanted[k] for k in keys if k != skip},
                                        tries=20 if len(keys) > 1 else 400)
                 if combo is not None:

@@ -38,7 +38,8 @@ PLAN = Plan("coalesced block", {
     "op": ("SUM", "AVG", "PRODUCT", "MIN", "MAX"), "count": (1, 2, 9, 65),
     "dtype mix": tuple(MIXES), "size": gc.sizes(big=False), "values": gc.VALUE_KINDS},
     valid=_valid, samplers={"size": gc.sample_size},
-    core={"op": ("SUM", "MAX"), "dtype mix": ("float32", "int64"), "count": (1, 2, 9)})
+    core={"op": ("SUM", "MAX"), "dtype mix": ("float32", "int64"), "count": (1, 2, 9)},
+    pairwise=(("kind", "count"), ("kind", "dtype mix")))  # each kind has its own coalesced path
 
 
 def block_case(ctx: CheckContext, case: Case) -> None:

@@ -61,13 +61,21 @@ def _valid(d: dict[str, Any]) -> bool:
 CORE = {"op": REQUIRED_OPS, "dtype": REQUIRED_DTYPES, "size": gc.sizes(big=False)}
 
 
-def _plan(name: str, big: bool, **dims: tuple[Any, ...]) -> Plan:
+DTYPE_VALUES = (("dtype", "values"),)  # every dtype with every value kind: its range, extremes, high bits
+
+
+def _plan(name: str, big: bool, pairwise: tuple[tuple[str, str], ...] = DTYPE_VALUES,
+          **dims: tuple[Any, ...]) -> Plan:
     base = {"dtype": gc.ALL_DTYPES, "size": gc.sizes(big), "values": gc.VALUE_KINDS}
-    return Plan(name, {**dims, **base}, valid=_valid, samplers={"size": gc.sample_size}, core=CORE)
+    return Plan(name, {**dims, **base}, valid=_valid, samplers={"size": gc.sample_size}, core=CORE,
+                pairwise=pairwise)
 
 
 ALL_OPS = tuple(ref.REDUCE_OPS)
-ALL_REDUCE = _plan("all_reduce", True, op=ALL_OPS, layout=gc.CONTIGUOUS_LAYOUTS)
+# all_reduce: every op with every dtype and every value kind (a narrow accumulator shows in SUM of large
+# values, a signedness bug in MIN/MAX of high ones)
+ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), ("dtype", "values"), ("op", "values")), op=ALL_OPS,
+                   layout=gc.CONTIGUOUS_LAYOUTS)
 GATHER = _plan("gather/reduce_scatter", False, kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"),
                op=ALL_OPS, in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
 NONCONTIGUOUS = Plan("non-contiguous", {

@@ -25,6 +25,10 @@ FALLBACK = {"op": "SUM", "dtype": torch.float32, "dtype mix": "float32", "values
 RunOne = Callable[[Case], None]
 
 
+class CaseError(RuntimeError):
+    """A generated case raised (the backend erred rather than gave a wrong value): the error, naming the case."""
+
+
 class Declined(Exception):
     """The target refused the case's op or dtype with a named refusal (noted by ``optional_case``)."""
 
@@ -116,7 +120,8 @@ def run_plan(ctx: CheckContext, found: Findings, plan: Plan, run_one: RunOne, me
             return cases
         status, detail = _attempt(run_one, case, plan)
         if status == "raised":
-            found.raised = detail  # type: ignore[assignment]
+            found.raised = CaseError(f"{type(detail).__name__}: {detail} [in {case.describe()}; seed "
+                                     f"{generation.seed}, reproduce with {generation.reproduce()}]")
             return cases
         if status == "fail":
             found.failures.append(f"{detail} [{case.describe()}]")

@@ -34,7 +34,8 @@ def plan(ctx: CheckContext) -> Plan:
         "values": ("small", "extremes", "full range", "unsigned high")},
         valid=lambda d: (d["values"] != "unsigned high" or d["dtype"] == torch.uint8)
         and gc.affordable(d["size"], d["dtype"], 8),
-        samplers={"size": gc.sample_size}, core={"dtype": REQUIRED[:3], "size": gc.sizes(big=False)})
+        samplers={"size": gc.sample_size}, core={"dtype": REQUIRED[:3], "size": gc.sizes(big=False)},
+        pairwise=cc.DTYPE_VALUES)
 
 
 def _step(n: int, distance: str) -> int:
