@@ -194,11 +194,15 @@ def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, c
     n, me, dtype, kind = len(members), members.index(ctx.rank), case["dtype"], case["kind"]
     shard = gc.numel(case["size"], dtype, n) // (n if case["size"].startswith("~") else 1)  # sampled: the total
     in_layout, out_layout = case["in_layout"], case["out_layout"]
+    if "N-D" in (in_layout, out_layout):  # N-D on both sides: the shard's shape, and n of them along dim 0
+        in_layout = out_layout = "N-D"
+    shape = data.nd_shape(shard)
+    stacked = (n * shape[0], *shape[1:])  # torch's concatenation form (gloo does not take the stacked one)
     if kind == "reduce_scatter_tensor":
         op = case["op"]
         ins = member_inputs(ctx, case, members, shard * n, op)
-        out = data.empty_like_layout(shard, dtype, out_layout, ctx.device)
-        placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, (n, *out.view.shape))  # torch's stacked form
+        out = data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape)
+        placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, stacked)
         what = _what(case, label, kind, shard * n) + f", {in_layout} input, {out_layout} output"
         if run(ctx, case, what, op, lambda: dist.reduce_scatter_tensor(out.view, placed_in.view,
                                                                         op=ref.REDUCE_OPS[op], group=group)):
@@ -208,18 +212,15 @@ def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, c
                 full.values[part], None if full.tolerance is None else full.tolerance[part]))
         return
     ins = member_inputs(ctx, case, members, shard, None)
-    if kind == "all_gather" and "N-D" in (in_layout, out_layout):  # each output has the input's shape
-        in_layout = out_layout = "N-D"
-    placed_in = data.place(ins[ctx.rank], in_layout, ctx.device)
+    placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, shape)
     want = data.Expected(torch.cat([ins[m] for m in members]))
-    if kind == "all_gather_into_tensor":  # an N-D output has torch's stacked form: [n, *input shape]
-        out = data.empty_like_layout(shard * n, dtype, out_layout, ctx.device, (n, *placed_in.view.shape))
+    if kind == "all_gather_into_tensor":
+        out = data.empty_like_layout(shard * n, dtype, out_layout, ctx.device, stacked)
         what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} output"
         if run(ctx, case, what, None, lambda: dist.all_gather_into_tensor(out.view, placed_in.view, group=group)):
             expect(ctx, f"{what} in group-rank order {members}", out, want)
         return
-    # each output of the list form has the input's shape
-    outs = [data.empty_like_layout(shard, dtype, out_layout, ctx.device, tuple(placed_in.view.shape)) for _ in members]
+    outs = [data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape) for _ in members]
     what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} outputs"
     if run(ctx, case, what, None, lambda: dist.all_gather([o.view for o in outs], placed_in.view, group=group)):
         for j, m in enumerate(members):

@@ -67,11 +67,12 @@ def p2p_case(ctx: CheckContext, case: Case) -> None:
         else:
             dist.irecv(got.view, src, tag=tag).wait()
         work.wait()
-        if any_source:  # no rank sends the next case's message before every any-source recv has matched
-            agree(ctx, list(range(n)), "p2p any-source", "received")
 
-    if not cc.run(ctx, case, what, None, exchange, required=dtype in REQUIRED):
-        return
+    try:
+        cc.run(ctx, case, what, None, exchange, required=dtype in REQUIRED)
+    finally:  # no rank sends the next case's message before every any-source recv of this one has matched
+        if any_source:
+            agree(ctx, list(range(n)), "p2p any-source", "done")
     if any_source and observed[0] != src:
         raise CheckFailed(f"rank {r}: {what}: recv(src=None) reported source {observed[0]}, expected {src}")
     cc.expect(ctx, what, got, data.Expected(ins[src]))

@@ -45,8 +45,9 @@ class Uint8AsInt8(_Named):
         everyone = self._exchange([t.detach().cpu() for t in tensors])
         for i, t in enumerate(tensors):
             column = [contrib[i] for contrib in everyone]
-            if t.dtype == torch.uint8:
-                t.copy_(_reduce([c.view(torch.int8) for c in column], op).view(torch.uint8))
+            if t.dtype == torch.uint8 and op in (dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+                signed = torch.stack([c.view(torch.int8) for c in column])
+                t.copy_((signed.amin(0) if op == dist.ReduceOp.MIN else signed.amax(0)).view(torch.uint8))
             else:
                 t.copy_(_reduce(column, op))
 
