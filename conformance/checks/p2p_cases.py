@@ -31,7 +31,7 @@ def plan(ctx: CheckContext) -> Plan:
     return Plan("p2p", {
         "distance": ("next", "previous", "opposite"), "source": sources, "tag": TAGS,
         "layout": LAYOUTS, "out_layout": LAYOUTS, "dtype": gc.ALL_DTYPES, "size": gc.sizes(),
-        "values": ("small", "extremes", "full range", "unsigned high")},
+        "values": gc.VALUE_KINDS},
         valid=lambda d: (d["values"] != "unsigned high" or d["dtype"] == torch.uint8)
         and gc.affordable(d["size"], d["dtype"], 8),
         samplers={"size": gc.sample_size}, core={"dtype": REQUIRED[:3], "size": gc.sizes(big=False)},

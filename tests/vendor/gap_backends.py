@@ -45,9 +45,10 @@ class Uint8AsInt8(_Named):
         everyone = self._exchange([t.detach().cpu() for t in tensors])
         for i, t in enumerate(tensors):
             column = [contrib[i] for contrib in everyone]
-            if t.dtype == torch.uint8 and op in (dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+            smallest, largest = op == dist.ReduceOp.MIN, op == dist.ReduceOp.MAX  # (`in` misses a ReduceOp)
+            if t.dtype == torch.uint8 and (smallest or largest):
                 signed = torch.stack([c.view(torch.int8) for c in column])
-                t.copy_((signed.amin(0) if op == dist.ReduceOp.MIN else signed.amax(0)).view(torch.uint8))
+                t.copy_((signed.amin(0) if smallest else signed.amax(0)).view(torch.uint8))
             else:
                 t.copy_(_reduce(column, op))
 
