@@ -76,8 +76,9 @@ ALL_OPS = tuple(ref.REDUCE_OPS)
 # values, a signedness bug in MIN/MAX of high ones)
 ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), ("dtype", "values"), ("op", "values")), op=ALL_OPS,
                    layout=gc.CONTIGUOUS_LAYOUTS)
-GATHER = _plan("gather/reduce_scatter", False, kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"),
-               op=ALL_OPS, in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
+# each kind with every layout of its input and its output, and every dtype with every value kind
+GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES),
+               kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS, in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
 NONCONTIGUOUS = Plan("non-contiguous", {
     "kind": ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"),
     "in_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS), "out_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS),
@@ -91,7 +92,9 @@ ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", 
 
 def rooted_plan(n: int, big: bool) -> Plan:
     """broadcast and reduce from every group rank, named by global rank (src/dst) or group rank."""
-    return _plan(f"rooted ({n} ranks)", big, kind=("broadcast", "reduce"), op=ALL_OPS, root=tuple(range(n)),
+    return _plan(f"rooted ({n} ranks)", big, (("kind", "root"), ("kind", "root_api"), ("kind", "layout"),
+                                              *DTYPE_VALUES),
+                 kind=("broadcast", "reduce"), op=ALL_OPS, root=tuple(range(n)),
                  root_api=("global", "group"), layout=gc.CONTIGUOUS_LAYOUTS)
 
 
