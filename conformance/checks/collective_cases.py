@@ -78,7 +78,8 @@ ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), ("dtype", "values"), ("
                    layout=gc.CONTIGUOUS_LAYOUTS)
 # each kind with every layout of its input and its output, and every dtype with every value kind
 GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES),
-               kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS, in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
+               kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
+               in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
 NONCONTIGUOUS = Plan("non-contiguous", {
     "kind": ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"),
     "in_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS), "out_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS),
