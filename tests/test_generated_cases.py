@@ -47,7 +47,7 @@ def test_seeded_inputs_are_the_same_in_every_process_and_cover_the_range() -> No
     info = torch.iinfo(torch.int64)
     assert a.min().item() == info.min and a.max().item() == info.max
     high = data.inputs(9, 0, "unsigned high", torch.uint8, "SUM", 4, 100)
-    assert high.min().item() >= 128
+    assert high.min().item() >= 128 and data.inputs(9, 1, "unsigned high", torch.uint8, "SUM", 4, 100).max() < 128
     summable = data.inputs(9, 0, "extremes", torch.int32, "SUM", 4, 100)
     assert summable.long().abs().max().item() * 4 <= torch.iinfo(torch.int32).max
 

@@ -117,8 +117,13 @@ def _randint(lo: int, hi: int, count: int, g: torch.Generator) -> torch.Tensor:
 
 def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | None, n: int,
            count: int) -> torch.Tensor:
-    """Rank ``rank``'s input for a case: every rank draws the same tensor for it."""
-    return draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
+    """Rank ``rank``'s input for a case: every rank draws the same tensor for it. uint8 "unsigned high"
+    values lie above 127 on even ranks and below 128 on odd ones, so reductions compare and carry across
+    the sign bit a signed reading would see."""
+    vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
+    if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:
+        vals = vals - 128
+    return vals
 
 
 @dataclass

@@ -26,7 +26,7 @@ RunOne = Callable[[Case], None]
 
 
 class CaseError(RuntimeError):
-    """A generated case raised (the backend erred rather than gave a wrong value): the error, naming the case."""
+    """Why a sweep stopped after a generated case raised (the case itself is among the failures)."""
 
 
 class Declined(Exception):
@@ -34,7 +34,7 @@ class Declined(Exception):
 
 
 def _attempt(run_one: RunOne, case: Case, plan: Plan | None = None) -> tuple[str, str | Exception | None]:
-    """("ok", None), ("fail", message) or ("raised", exception). A declined case is re-run once with the
+    """("ok", None), ("mismatch", message) or ("raised", exception). A declined case is re-run once with the
     common op, dtype and values (``FALLBACK``) in place of its own, when ``plan`` admits that combination."""
     try:
         run_one(case)
@@ -45,7 +45,7 @@ def _attempt(run_one: RunOne, case: Case, plan: Plan | None = None) -> tuple[str
             return "ok", None
         return _attempt(run_one, retry)
     except CheckFailed as exc:
-        return "fail", str(exc)
+        return "mismatch", str(exc)
     except Exception as exc:  # noqa: BLE001 - the caller stops the sweep on it, as Findings does
         return "raised", exc
     return "ok", None
@@ -100,8 +100,8 @@ def _shrink(ctx: CheckContext, case: Case, run_one: RunOne, members: list[int], 
             statuses = agree(ctx, members, topic, status)
             if "raised" in statuses:
                 return case, message, None
-            if "fail" in statuses:
-                case, message, improved = candidate, detail if status == "fail" else None, True  # type: ignore[assignment]
+            if "mismatch" in statuses:
+                case, message, improved = candidate, detail if status == "mismatch" else None, True  # type: ignore[assignment]
                 break
     return case, message, None
 
@@ -119,11 +119,12 @@ def run_plan(ctx: CheckContext, found: Findings, plan: Plan, run_one: RunOne, me
         if found.raised is not None:
             return cases
         status, detail = _attempt(run_one, case, plan)
-        if status == "raised":
-            found.raised = CaseError(f"{type(detail).__name__}: {detail} [in {case.describe()}; seed "
-                                     f"{generation.seed}, reproduce with {generation.reproduce()}]")
+        if status == "raised":  # a backend error on a valid case: a failure naming it; the sweep stops here
+            found.failures.append(f"rank {ctx.rank}: {case.describe()}: raised {type(detail).__name__}: {detail} "
+                                  f"(seed {generation.seed}, reproduce with {generation.reproduce()})")
+            found.raised = CaseError("the members may no longer agree on what comes next")
             return cases
-        if status == "fail":
+        if status == "mismatch":
             found.failures.append(f"{detail} [{case.describe()}]")
             first = first or (case.index, str(detail))
     topic = f"{label}/{plan.name}"
