@@ -119,3 +119,33 @@ def test_bad_seed_or_budget_is_refused_before_anything_runs(flag: str, value: st
     assert stopped.value.code == cli.ExitCode.BAD_INPUT and value in capsys.readouterr().err
     with pytest.raises(inputs.InputError):
         (inputs.seed if flag == "--seed" else inputs.budget)(value)
+
+
+class _Config:
+    """The two calls of pytest.Config that the plugin's option check makes."""
+
+    def __init__(self, **options: str) -> None:
+        self.options = {"--conformance-targets": "sim", "--conformance-world-sizes": "2",
+                        "--conformance-timeout": "30", "--conformance-report-dir": None,
+                        "--conformance-seed": "23", "--conformance-budget": "2", **options}
+        self.cleanups: list = []
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.options.get(name, default)
+
+    def add_cleanup(self, fn: object) -> None:
+        self.cleanups.append(fn)
+
+
+def test_pytest_options_export_the_generation_and_refuse_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.pytest_plugin import _validate_options
+
+    monkeypatch.delenv(gc.ENV_SEED, raising=False)
+    config = _Config(**{"--conformance-seed": "7", "--conformance-budget": "0"})
+    _validate_options(config)  # type: ignore[arg-type]
+    assert Generation.from_env() == Generation(seed=7, budget=0)
+    for cleanup in config.cleanups:
+        cleanup()
+    assert Generation.from_env() == Generation()
+    with pytest.raises(pytest.UsageError, match="seed"):
+        _validate_options(_Config(**{"--conformance-seed": "seven"}))  # type: ignore[arg-type]
