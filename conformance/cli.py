@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from conformance import framework, inputs, interrupts
+from conformance.checks.cases import DEFAULT_BUDGET, DEFAULT_SEED, Generation
 from conformance.fidelity import cli as fidelity_cli
 from conformance.import_probe import probe_import
 from conformance.outcomes import Outcome
@@ -91,6 +92,28 @@ def _add_stack_arg(p: argparse.ArgumentParser) -> None:
                    help="the NCCL stack the simulator models (default: what this torch's 'nccl' means)")
 
 
+def _seed(text: str) -> int:
+    try:
+        return inputs.seed(text)
+    except inputs.InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _budget(text: str) -> int:
+    try:
+        return inputs.budget(text)
+    except inputs.InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_generation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
+                   help=f"seed of the generated data cases (default {DEFAULT_SEED}); the report records it")
+    p.add_argument("--budget", type=_budget, default=DEFAULT_BUDGET,
+                   help=f"random generated cases per plan on top of the boundary ones (default {DEFAULT_BUDGET}; "
+                        "0: boundary cases only)")
+
+
 def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
     p.add_argument("--world-sizes", type=_sizes, default=_sizes(world_sizes), help="comma-separated, e.g. 2,4")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where <target>.json/.md go")
@@ -101,6 +124,7 @@ def _add_run_args(p: argparse.ArgumentParser, world_sizes: str = "2,4") -> None:
     p.add_argument("--launcher", choices=("pool", "env"), default="pool",
                    help="pool: the suite starts its own rank processes; env: this process is one rank of a "
                         "torchrun job (torchrun --nproc-per-node N -m conformance run ... --launcher env)")
+    _add_generation_args(p)
 
 
 def _invocation(args: argparse.Namespace) -> dict[str, Any]:
@@ -225,6 +249,23 @@ def cmd_targets(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def cmd_coverage(args: argparse.Namespace) -> ExitCode:
+    """Print which boundary values of each generated dimension every data check hits."""
+    from conformance.checks.coverage import rows
+
+    generation = Generation(args.seed, args.budget)
+    table = Table(title=f"generated cases at world size {args.world_size} (--seed {generation.seed} "
+                        f"--budget {generation.budget})")
+    for column in ("requirement", "plan", "cases", "dimension", "boundary values hit", "missed"):
+        table.add_column(column)
+    missed_any = False
+    for requirement, plan, count, dim, hit, missed in rows(generation, args.world_size):
+        missed_any = missed_any or bool(missed)
+        table.add_row(requirement, plan, str(count), dim, ", ".join(hit), ", ".join(missed) or "—")
+    Console(width=200).print(table)
+    return ExitCode.NON_CONFORMANT if missed_any else ExitCode.OK
+
+
 def cmd_defects(args: argparse.Namespace) -> ExitCode:
     """Run the defect matrix against the simulator."""
     from conformance.defect_matrix import run_matrix
@@ -313,7 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
     # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
     p.add_argument("--timeout", type=_timeout, default=8.0, help="per-check timeout; mutants make ranks wait it out")
     _add_stack_arg(p)
+    _add_generation_args(p)
     p.set_defaults(fn=cmd_defects)
+    p = sub.add_parser("coverage", help="print which boundary values of each generated dimension every check hits")
+    p.add_argument("--world-size", type=int, default=4, choices=range(2, inputs.MAX_WORLD_SIZE + 1),
+                   metavar="N", help="world size the cases are generated for (default 4)")
+    _add_generation_args(p)
+    p.set_defaults(fn=cmd_coverage)
     p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
     framework.add_arguments(p)
     p.set_defaults(fn=framework.cmd_framework)
@@ -332,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "certify", "defects"):
         interrupts.install()  # SIGTERM stops a run as Ctrl-C does; a second signal never breaks the cleanup
     try:
+        if args.command in ("run", "certify", "defects"):
+            with Generation(args.seed, args.budget).exported():  # the rank processes inherit it
+                return args.fn(args)
         return args.fn(args)
     except SpecError as exc:
         console.print(f"[red]error in the spec:[/] {escape(str(exc))}", soft_wrap=True)

@@ -58,3 +58,28 @@ def report_dir(path: Path) -> Path:
     except OSError as exc:
         raise InputError(f"report dir {str(path)!r} is not writable: {exc.strerror or exc}") from None
     return path
+
+
+MAX_BUDGET = 10_000
+
+
+def seed(text: str) -> int:
+    """A case-generation seed: an integer from 0 to 2**32 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"seed must be an integer, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise InputError(f"seed must be in [0, 2**32), got {text!r}")
+    return value
+
+
+def budget(text: str) -> int:
+    """Random generated cases per plan on top of the boundary ones: an integer from 0 to MAX_BUDGET."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"budget must be an integer number of cases, got {text!r}") from None
+    if not 0 <= value <= MAX_BUDGET:
+        raise InputError(f"budget must be in [0, {MAX_BUDGET}] sampled cases per plan, got {text!r}")
+    return value

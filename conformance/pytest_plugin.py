@@ -12,6 +12,7 @@ targets count devices through NVML here and their ranks are spawned (see conform
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from conformance import inputs
+from conformance.checks.cases import DEFAULT_BUDGET, DEFAULT_SEED, Generation
 from conformance.outcomes import Outcome
 from conformance.report import Result, write_report
 from conformance.report.build import now_iso
@@ -55,6 +57,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-stack", default="", choices=["", *STACKS],
                     help="the NCCL stack the sim target models (default: what this torch's 'nccl' means)")
     group.addoption("--conformance-report-dir", default=None, help="write <target>.json/.md here")
+    group.addoption("--conformance-seed", default=str(DEFAULT_SEED), help="seed of the generated data cases")
+    group.addoption("--conformance-budget", default=str(DEFAULT_BUDGET),
+                    help="random generated cases per plan on top of the boundary ones (0: boundary cases only)")
 
 
 def _marks(case: Case) -> list[Any]:
@@ -167,8 +172,14 @@ def _validate_options(config: pytest.Config) -> None:
         report_dir = config.getoption("--conformance-report-dir", default=None)
         if report_dir:
             inputs.report_dir(Path(report_dir))
+        generation = Generation(inputs.seed(config.getoption("--conformance-seed")),
+                                inputs.budget(config.getoption("--conformance-budget")))
     except ValueError as exc:
         raise pytest.UsageError(f"conformance options: {exc}") from None
+    # The rank processes this session starts inherit it (xdist workers set it alike from the same options).
+    exported = contextlib.ExitStack()
+    exported.enter_context(generation.exported())
+    config.add_cleanup(exported.close)
 
 
 def pytest_configure(config: pytest.Config) -> None:

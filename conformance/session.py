@@ -10,6 +10,7 @@ import torch
 
 from conformance import interrupts
 from conformance.checks import bind_checks
+from conformance.checks.cases import Generation
 from conformance.outcomes import Outcome
 from conformance.report import (
     Expectation,
@@ -184,5 +185,5 @@ def finish_run(run: SuiteRun, target: str, target_options: dict[str, Any] | None
     environment = collect_environment(stack.environment())
     run.report = build_report(stack.name, run.results, environment, interrupted=run.interrupted, started=run.started,
                               stale_waivers=run.stale, out_of_range_waivers=run.out_of_range,
-                              capabilities=stack.capabilities)
+                              capabilities=stack.capabilities, generation=Generation.from_env().to_json())
     return run

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.checks import coalescing_cases
 from conformance.checks import reference as ref
 from conformance.checks.common import (
     Findings,
@@ -19,6 +20,7 @@ from conformance.checks.common import (
     optional_case,
     ranked_tensor,
 )
+from conformance.checks.generated import run_plan
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 
@@ -110,6 +112,9 @@ def sync_results(ctx: CheckContext) -> None:
     if optional_case(ctx, "a block of 9 all_reduce SUM mixing float32, int64 and float64", lambda: run_block(mixed),
                      ("dtype", "type")):
         expect_block(ctx, mixed, found)
+    found.checkpoint()
+    world = list(range(ctx.world_size))
+    run_plan(ctx, found, coalescing_cases.PLAN, lambda c: coalescing_cases.block_case(ctx, c), world, "world")
     found.conclude()
 
 

@@ -15,8 +15,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.checks import collective_cases as cc
 from conformance.checks import reference as ref
 from conformance.checks.common import Findings, default_mode, optional_case, positive_control, sweep_groups
+from conformance.checks.generated import run_plan
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 
@@ -103,6 +105,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=0, salt=1)
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1025, salt=2)
     ctx.note("PREMUL_SUM not checked: torch builds it for NCCL only (_make_nccl_premul_sum)")
+    run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
         for op, dtype in (("SUM", torch.float32), ("AVG", torch.float32), ("MAX", torch.int64),
@@ -173,6 +176,11 @@ def noncontiguous(ctx: CheckContext) -> None:
             found.case(ctx.expect_equal, f"{what}: column outside the view", [0] * 5,
                        backing[:, 1].cpu().long().tolist())
             found.case(ctx.expect, bad is None, what, f"rank {root}'s input", bad)
+    found.checkpoint()
+    for label, group, members in sweep_groups(ctx):
+        if label == "world" or members == list(range(1, ctx.world_size)):
+            run_plan(ctx, found, cc.NONCONTIGUOUS, lambda c, g=group, m=members, lb=label:
+                     cc.noncontiguous_case(ctx, g, m, lb, c), members, label)
     found.conclude()
 
 
@@ -184,6 +192,9 @@ def gather_scatter_order(ctx: CheckContext) -> None:
     found = Findings(ctx)
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
         found.case(_gather_cases, ctx, group, members, label)
+        if label == "world" or members == list(range(1, ctx.world_size)):  # the world and a subgroup of one
+            run_plan(ctx, found, cc.GATHER, lambda c, g=group, m=members, lb=label: cc.gather_case(ctx, g, m, lb, c),
+                     members, label)
     found.conclude()
 
 
@@ -211,6 +222,9 @@ def rooted(ctx: CheckContext) -> None:
                         want = ref.combine([inputs[m] for m in members], op, dtype)
                         bad = ref.mismatch(t, want, dtype)
                         found.case(ctx.expect, bad is None, what, want, bad)
+        if label in ("world", "reversed") or members == list(range(1, ctx.world_size)):  # group rank != global rank
+            run_plan(ctx, found, cc.rooted_plan(len(members), big=label == "world"),
+                     lambda c, g=group, m=members, lb=label: cc.rooted_case(ctx, g, m, lb, c), members, label)
     found.conclude()
 
 
@@ -280,4 +294,7 @@ def alltoall_uneven(ctx: CheckContext) -> None:
         for dtype in (torch.float32, torch.int64):
             for uneven in (False, True):
                 found.case(_alltoall_case, ctx, group, members, label, dtype, uneven)
+        if label == "world" or members == list(range(1, ctx.world_size)):
+            run_plan(ctx, found, cc.ALLTOALL, lambda c, g=group, m=members, lb=label:
+                     cc.alltoall_case(ctx, g, m, lb, c), members, label)
     found.conclude()

@@ -14,6 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from conformance.checks import p2p_cases
 from conformance.checks import reference as ref
 from conformance.checks.common import (
     Findings,
@@ -26,6 +27,7 @@ from conformance.checks.common import (
     require_fields,
     world_comm,
 )
+from conformance.checks.generated import run_plan
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import NotObservable, Skipped
 from conformance.probe import observing
@@ -229,12 +231,22 @@ def data(ctx: CheckContext) -> None:
                    f"an error naming one of {list(words)}", str(exc))
         ctx.note(f"non-contiguous P2P refused clearly: {exc}")
         dist.barrier()
-        return _tags_and_any_source(ctx)
+        _tags_and_any_source(ctx)
+        return _generated(ctx)
     expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
     ctx.expect_equal("non-contiguous view received into a non-contiguous view", expected.tolist(),
                      view[:, 1::2].cpu().tolist())
     ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
     _tags_and_any_source(ctx)
+    _generated(ctx)
+
+
+def _generated(ctx: CheckContext) -> None:
+    """The generated P2P cases (sizes from empty to MiBs, every dtype and value kind, layouts, tags, sources)."""
+    found = Findings(ctx)
+    world = list(range(ctx.world_size))
+    run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c), world, "world")
+    found.conclude()
 
 
 def _tags_and_any_source(ctx: CheckContext) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from conformance.checks.cases import Generation
 from conformance.outcomes import CheckFailed
 from conformance.probe import Probe
 from conformance.spec import AREAS, Requirement, SpecError
@@ -63,6 +64,10 @@ class CheckContext:
     requirement: Requirement
     timeout_s: float
     notes: list[str] = field(default_factory=list)
+    generation: Generation = field(default_factory=Generation.from_env)
+    agreements: dict[str, int] = field(default_factory=dict)  # generated.agree's per-topic counters
+    covered: set[str] = field(default_factory=set)  # plans whose coverage line this rank has noted
+    declined: set[str] = field(default_factory=set)  # what the target refused in a generated case (not retried)
     _worlds: int = 0
 
     @property

@@ -215,11 +215,13 @@ def build_report(
     out_of_range_waivers: Iterable[dict[str, Any]] = (),
     started: str | None = None,
     capabilities: Iterable[str] | None = None,
+    generation: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Assemble, validate and digest a ``conformance-report/1`` dict.
 
     ``waivers_used`` defaults to the distinct waivers found on the results; ``capabilities`` (the
-    target's) lets the summary name what each unjudged MUST lacked.
+    target's) lets the summary name what each unjudged MUST lacked; ``generation`` is the seed and budget
+    of the generated data cases.
     """
     finished = now_iso()
     report: dict[str, Any] = {
@@ -236,6 +238,8 @@ def build_report(
         "finished": finished,
         "interrupted": interrupted,
     }
+    if generation is not None:
+        report["generation"] = dict(generation)
     report["digest"] = compute_digest(report)
     validate_report(report)
     return report

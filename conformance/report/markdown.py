@@ -247,6 +247,10 @@ def _environment(report: dict[str, Any]) -> list[str]:
         rows += [["per-check timeout", f"{invocation['timeout_s']:g} s"],
                  ["world sizes", ", ".join(map(str, invocation["world_sizes"]))]]
     rows += [["started", report["started"]], ["finished", report["finished"]]]
+    if "generation" in report:
+        gen = report["generation"]
+        rows.append(["generated cases", f"seed {gen['seed']}, budget {gen['budget']} (`--seed {gen['seed']} "
+                                        f"--budget {gen['budget']}` reproduces them)"])
     return ["## Environment", "", *_table(["item", "value"], rows), ""]
 
 

@@ -106,7 +106,7 @@ def test_pytest_writes_the_report_the_cli_would(tmp_path):
                       ranks=[RankOutcome(0, outcome, f"rank 0: {rid}")])
 
     ran = [case("P2P-MISMATCH", 2, Outcome.FAIL), case("P2P-PEER-OUTSIDE", 2, Outcome.PASS),
-           case("SPLIT-MEMBERSHIP", 2, Outcome.SKIP), case("P2P-DATA", 2, Outcome.PASS)]
+           case("SPLIT-MEMBERSHIP", 2, Outcome.SKIP), case("P2P-NAMED-SENDERS", 2, Outcome.PASS)]
     collector = _Collector(tmp_path)
     collector.started = "2026-01-01T00:00:00+00:00"
     for result in ran:

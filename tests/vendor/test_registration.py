@@ -76,10 +76,10 @@ def test_one_file_and_one_line_make_a_listed_runnable_target(tmp_path: Path, reg
         assert "glooagain" not in names
         return
     assert "available" in names["glooagain"] and "unavailable" not in names["glooagain"]
-    run = _conformance(env, "run", "--target", "glooagain", "--requirement", "P2P-DATA,SPLIT-LINEAGE",
+    run = _conformance(env, "run", "--target", "glooagain", "--requirement", "COLL-ROOTED,SPLIT-LINEAGE",
                        "--world-sizes", "2", "--report-dir", str(tmp_path / "out"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = {r["requirement"]: r for r in json.loads((tmp_path / "out" / "glooagain.json").read_text())["results"]}
-    assert results["P2P-DATA"]["outcome"] == "pass", results["P2P-DATA"]["detail"]
+    assert results["COLL-ROOTED"]["outcome"] == "pass", results["COLL-ROOTED"]["detail"]
     # what the target lacks is named from its description (no split, no device binding)
     assert results["SPLIT-LINEAGE"]["outcome"] == "skip" and "split" in results["SPLIT-LINEAGE"]["detail"]

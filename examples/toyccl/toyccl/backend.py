@@ -107,7 +107,7 @@ class ToyProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._p2p: dict[tuple[int, int, int], int] = {}
         self._taken: set[tuple[int, int, int]] = set()
-        self._any = 0
+        self._any: dict[int, int] = {}  # per tag: the announcements to this rank read so far
         self._name = name
         self._comm: dict[str, Any] | None = None
         self._pairs: dict[tuple[int, int], str] = {}
@@ -344,8 +344,8 @@ class ToyProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
         """Receive the next message announced to this rank with ``tag``, from whichever rank sent it."""
         while True:
-            self._any += 1
-            src, n = pickle.loads(self._store.get(f"any/{self.rank()}/t{tag}/{self._any}"))
+            self._any[tag] = self._any.get(tag, 0) + 1
+            src, n = pickle.loads(self._store.get(f"any/{self.rank()}/t{tag}/{self._any[tag]}"))
             if (src, tag, n) not in self._taken and n > self._p2p.get((src, self.rank(), tag), 0):
                 break
         self._pair_comm(src)

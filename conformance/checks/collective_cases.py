@@ -1,0 +1,308 @@
+"""Generated cases of the collective checks: the plans (dimensions and boundary values) and one runner per
+family, each comparing with the exact reference of every member's seeded input (``data.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from conformance.checks import cases as gc
+from conformance.checks import data
+from conformance.checks import reference as ref
+from conformance.checks.cases import Case, Plan
+from conformance.checks.common import optional_case
+from conformance.checks.generated import Declined
+from conformance.checks.registry import CheckContext
+from conformance.outcomes import CheckFailed
+
+REQUIRED_OPS = ("SUM", "PRODUCT", "MIN", "MAX")
+REQUIRED_DTYPES = (torch.float32, torch.float64, torch.int64)
+ALIASES = {torch.bfloat16: ("bfloat16", "BFloat16"), torch.float16: ("float16", "Half"),
+           torch.uint8: ("uint8", "Byte"), torch.bool: ("bool", "Bool"), torch.int64: ("int64", "Long"),
+           torch.int32: ("int32", "Int"), torch.int8: ("int8", "Char"),
+           torch.float32: ("float32", "Float"), torch.float64: ("float64", "Double")}
+CONTIGUOUS_WORDS = ("contiguous", "Contiguous", "dense")
+
+
+def applicable(op: str | None, dtype: torch.dtype) -> bool:
+    """Bitwise ops on integer dtypes only; AVG on floating dtypes only (no agreed integer rounding)."""
+    if op is None:
+        return True
+    if op in ref.BITWISE:
+        return not dtype.is_floating_point
+    return op != "AVG" or dtype.is_floating_point
+
+
+def refusal_names(op: str | None, dtype: torch.dtype, *extra: str) -> tuple[str, ...]:
+    """What a refusal of this case must name: the op, the dtype (any of its spellings), or ``extra``."""
+    return (*(() if op is None else (op,)), *ALIASES.get(dtype, (ref.dtype_name(dtype),)), *extra)
+
+
+REDUCING = ("all_reduce", "reduce", "reduce_scatter_tensor")
+
+
+def op_matters(d: dict[str, Any]) -> bool:
+    """A kind that moves data has no reduce op: its cases carry SUM as a placeholder, so that every op's
+    boundary case is a reduction."""
+    return d.get("kind", "all_reduce") in REDUCING or d.get("op", "SUM") == "SUM"
+
+
+def _valid(d: dict[str, Any]) -> bool:
+    if d.get("values") == "unsigned high" and d.get("dtype") != torch.uint8:
+        return False
+    return op_matters(d) and applicable(d.get("op"), d["dtype"]) and gc.affordable(d["size"], d["dtype"], 8)
+
+
+# The other dimensions of a boundary case are drawn from these: the ops and dtypes every backend must run,
+# and no MiB size (each of those runs once, as its own boundary case: they cost the most).
+CORE = {"op": ("SUM", "MAX"), "dtype": REQUIRED_DTYPES, "size": gc.sizes(big=False)}
+
+
+DTYPE_VALUES = (("dtype", "values"),)  # every dtype with every value kind: its range, extremes, high bits
+
+
+def _plan(name: str, big: bool, pairwise: tuple[tuple[str, str], ...] = DTYPE_VALUES,
+          **dims: tuple[Any, ...]) -> Plan:
+    base = {"dtype": gc.ALL_DTYPES, "size": gc.sizes(big), "values": gc.VALUE_KINDS}
+    return Plan(name, {**dims, **base}, valid=_valid, samplers={"size": gc.sample_size}, core=CORE,
+                pairwise=pairwise)
+
+
+ALL_OPS = tuple(ref.REDUCE_OPS)
+# all_reduce: every op with every dtype (each case carries extremes or the whole range: a narrow accumulator
+# shows in SUM, a signedness bug in MIN/MAX) and every dtype with every value kind
+ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), *DTYPE_VALUES), op=ALL_OPS,
+                   layout=gc.CONTIGUOUS_LAYOUTS)
+# each kind with every layout of its input and its output, and every dtype with every value kind
+GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES),
+               kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
+               in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
+NONCONTIGUOUS = Plan("non-contiguous", {
+    "kind": ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"),
+    "in_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS), "out_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS),
+    "op": ("SUM", "MAX"), "dtype": (torch.float32, torch.int64, torch.bfloat16), "size": gc.sizes(big=False),
+    "values": ("extremes", "full range")},
+    valid=lambda d: ("flat" not in (d["in_layout"], d["out_layout"]) or d["in_layout"] != d["out_layout"])
+    and op_matters(d) and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE)
+ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", "all to one"),
+                 in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
+
+
+def rooted_plan(n: int, big: bool) -> Plan:
+    """broadcast and reduce from every group rank, named by global rank (src/dst) or group rank."""
+    return _plan(f"rooted ({n} ranks)", big, (("kind", "root"), ("kind", "root_api"), ("kind", "layout"),
+                                              *DTYPE_VALUES),
+                 kind=("broadcast", "reduce"), op=ALL_OPS, root=tuple(range(n)),
+                 root_api=("global", "group"), layout=gc.CONTIGUOUS_LAYOUTS)
+
+
+def case_seed(ctx: CheckContext, case: Case) -> int:
+    """The seed of a case's data: the run's seed, the plan and the case's index (not its shrunk dims)."""
+    return gc.stable_seed(ctx.generation.seed, case.plan, case.index)
+
+
+def member_inputs(ctx: CheckContext, case: Case, members: list[int], count: int, op: str | None,
+                  salt: int = 0) -> dict[int, torch.Tensor]:
+    """Every member's seeded input of ``count`` elements (CPU, flat)."""
+    seed = gc.stable_seed(case_seed(ctx, case), salt)
+    return {m: data.inputs(seed, m, case["values"], case["dtype"], op, len(members), count) for m in members}
+
+
+def expected_reduction(case: Case, columns: list[torch.Tensor], op: str) -> data.Expected:
+    """The exact reduction; small-integer values stay exact through every op but a rounding AVG."""
+    want = data.reduce(columns, op, case["dtype"])
+    n = len(columns)
+    if case["values"] == "small" and not (op == "AVG" and n & (n - 1)):
+        want.tolerance = None
+    return want
+
+
+def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[], object],
+        noncontiguous: bool = False, required: bool | None = None, extra_names: tuple[str, ...] = ()) -> bool:
+    """Run a case's call: required cases (by default the required ops on the required dtypes, contiguous)
+    must run; optional ones may be refused naming the op, the dtype, contiguity or ``extra_names``: then
+    ``Declined`` (run_plan re-runs the case with the common op and dtype)."""
+    dtype = case["dtype"]
+    if required is None:
+        required = (op is None or op in REQUIRED_OPS) and dtype in REQUIRED_DTYPES and not noncontiguous
+    if required:
+        fn()
+        return True
+    key = f"{dict(case.dims).get('kind', case.plan)} {op} {dtype} {'non-contiguous' if noncontiguous else ''}"
+    if key in ctx.declined:  # refused once already (and noted): every rank skips it alike
+        raise Declined(key)
+    names = refusal_names(op, dtype, *(CONTIGUOUS_WORDS if noncontiguous else ()), *extra_names)
+    if not optional_case(ctx, what, fn, names):
+        ctx.declined.add(key)
+        raise Declined(key)
+    return True
+
+
+def expect(ctx: CheckContext, what: str, placed: data.Placed, want: data.Expected) -> None:
+    """The view holds ``want``, and nothing around it changed."""
+    bad = data.mismatch(placed.view, want)
+    if bad:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: {bad}")
+    damage = placed.canary_damage()
+    if damage:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: {damage}")
+
+
+def _what(case: Case, label: str, kind: str, count: int) -> str:
+    moves = kind in ("broadcast", "all_gather", "all_gather_into_tensor")
+    op = f" {case['op']}" if "op" in dict(case.dims) and not moves else ""
+    return f"{label}: {kind}{op} of {ref.dtype_name(case['dtype'])}[{count}] ({case['values']} values)"
+
+
+def all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case,
+                    layout_dim: str = "layout") -> None:
+    """One generated all_reduce, in place on a view in the case's layout."""
+    op, dtype, n = case["op"], case["dtype"], len(members)
+    count = gc.numel(case["size"], dtype, n)
+    ins = member_inputs(ctx, case, members, count, op)
+    layout = case[layout_dim]
+    placed = data.place(ins[ctx.rank], layout, ctx.device)
+    what = _what(case, label, "all_reduce", count) + f" in a {layout} tensor"
+    if run(ctx, case, what, op, lambda: dist.all_reduce(placed.view, op=ref.REDUCE_OPS[op], group=group),
+           noncontiguous=not placed.view.is_contiguous()):
+        expect(ctx, what, placed, expected_reduction(case, [ins[m] for m in members], op))
+
+
+def rooted_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    """broadcast from / reduce to the case's root (group rank ``root``), named by global or group rank."""
+    n, dtype, kind = len(members), case["dtype"], case["kind"]
+    op = case["op"] if kind == "reduce" else None
+    root_rank = dist.get_global_rank(group, case["root"]) if group is not None else case["root"]
+    count = gc.numel(case["size"], dtype, n)
+    ins = member_inputs(ctx, case, members, count, op)
+    placed = data.place(ins[ctx.rank], case["layout"], ctx.device)
+    by = {"src" if kind == "broadcast" else "dst": root_rank} if case["root_api"] == "global" else \
+        {"group_src" if kind == "broadcast" else "group_dst": case["root"]}
+    what = _what(case, label, kind, count) + f", root {case['root_api']} {next(iter(by.values()))} " \
+        f"(global rank {root_rank}), {case['layout']} tensor"
+    if kind == "broadcast":
+        ran = run(ctx, case, what, None, lambda: dist.broadcast(placed.view, group=group, **by))
+        if ran:
+            expect(ctx, what, placed, data.Expected(ins[root_rank]))
+        return
+    ran = run(ctx, case, what, op, lambda: dist.reduce(placed.view, op=ref.REDUCE_OPS[op], group=group, **by))
+    if ran and ctx.rank == root_rank:
+        expect(ctx, what, placed, expected_reduction(case, [ins[m] for m in members], op))
+
+
+def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    """all_gather_into_tensor, all_gather (list) or reduce_scatter_tensor; ``size`` is each member's shard."""
+    n, me, dtype, kind = len(members), members.index(ctx.rank), case["dtype"], case["kind"]
+    shard = gc.numel(case["size"], dtype, n) // (n if case["size"].startswith("~") else 1)  # sampled: the total
+    in_layout, out_layout = case["in_layout"], case["out_layout"]
+    if "N-D" in (in_layout, out_layout):  # N-D on both sides: the shard's shape, and n of them along dim 0
+        in_layout = out_layout = "N-D"
+    shape = data.nd_shape(shard)
+    stacked = (n * shape[0], *shape[1:])  # torch's concatenation form (gloo does not take the stacked one)
+    if kind == "reduce_scatter_tensor":
+        op = case["op"]
+        ins = member_inputs(ctx, case, members, shard * n, op)
+        out = data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape)
+        placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, stacked)
+        what = _what(case, label, kind, shard * n) + f", {in_layout} input, {out_layout} output"
+        if run(ctx, case, what, op, lambda: dist.reduce_scatter_tensor(out.view, placed_in.view,
+                                                                        op=ref.REDUCE_OPS[op], group=group)):
+            full = expected_reduction(case, [ins[m] for m in members], op)
+            part = slice(me * shard, (me + 1) * shard)
+            expect(ctx, f"{what}: shard {me}", out, data.Expected(
+                full.values[part], None if full.tolerance is None else full.tolerance[part]))
+        return
+    ins = member_inputs(ctx, case, members, shard, None)
+    placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, shape)
+    want = data.Expected(torch.cat([ins[m] for m in members]))
+    if kind == "all_gather_into_tensor":
+        out = data.empty_like_layout(shard * n, dtype, out_layout, ctx.device, stacked)
+        what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} output"
+        if run(ctx, case, what, None, lambda: dist.all_gather_into_tensor(out.view, placed_in.view, group=group)):
+            expect(ctx, f"{what} in group-rank order {members}", out, want)
+        return
+    outs = [data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape) for _ in members]
+    what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} outputs"
+    if run(ctx, case, what, None, lambda: dist.all_gather([o.view for o in outs], placed_in.view, group=group)):
+        for j, m in enumerate(members):
+            expect(ctx, f"{what}: slot {j} (rank {m}'s input)", outs[j], data.Expected(ins[m]))
+
+
+def noncontiguous_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    """A collective with a non-contiguous input and/or output view: exact, or refused naming contiguity."""
+    kind = case["kind"]
+    if kind == "all_reduce":
+        layout = case["in_layout"] if case["in_layout"] != "flat" else case["out_layout"]
+        return all_reduce_case(ctx, group, members, label, case.with_(layout=layout), layout_dim="layout")
+    if kind == "broadcast":
+        layout = case["in_layout"] if case["in_layout"] != "flat" else case["out_layout"]
+        n, dtype = len(members), case["dtype"]
+        count = gc.numel(case["size"], dtype, n)
+        root = members[-1]
+        ins = member_inputs(ctx, case, members, count, None)
+        placed = data.place(ins[ctx.rank], layout, ctx.device)
+        what = _what(case, label, "broadcast", count) + f" from rank {root}, {layout} view"
+        if run(ctx, case, what, None, lambda: dist.broadcast(placed.view, src=root, group=group), noncontiguous=True):
+            expect(ctx, what, placed, data.Expected(ins[root]))
+        return None
+    return _noncontiguous_gather(ctx, group, members, label, case)
+
+
+def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    n, me, dtype, kind = len(members), members.index(ctx.rank), case["dtype"], case["kind"]
+    shard = gc.numel(case["size"], dtype, n)
+    in_layout, out_layout = case["in_layout"], case["out_layout"]
+    op = case["op"] if kind == "reduce_scatter_tensor" else None
+    ins = member_inputs(ctx, case, members, shard * (n if op else 1), op)
+    placed_in = data.place(ins[ctx.rank], in_layout, ctx.device)
+    out = data.empty_like_layout(shard * (1 if op else n), dtype, out_layout, ctx.device)
+    what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} output"
+    if op:
+        call = lambda: dist.reduce_scatter_tensor(out.view, placed_in.view, op=ref.REDUCE_OPS[op],  # noqa: E731
+                                                  group=group)
+    else:
+        call = lambda: dist.all_gather_into_tensor(out.view, placed_in.view, group=group)  # noqa: E731
+    if not run(ctx, case, what, op, call, noncontiguous=True):
+        return
+    if op:
+        full = expected_reduction(case, [ins[m] for m in members], op)
+        part = slice(me * shard, (me + 1) * shard)
+        want = data.Expected(full.values[part], None if full.tolerance is None else full.tolerance[part])
+    else:
+        want = data.Expected(torch.cat([ins[m] for m in members]))
+    expect(ctx, what, out, want)
+
+
+def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    """all_to_all_single with the case's split pattern; ``size`` scales the rows each member sends."""
+    n, me, dtype = len(members), members.index(ctx.rank), case["dtype"]
+    unit = max(1, gc.numel(case["size"], dtype, n) // max(1, n * n)) if case["size"] != "0" else 0
+    pattern = case["splits"]
+
+    def rows(i: int, j: int) -> int:  # elements group rank i sends to group rank j
+        if pattern == "even":
+            return unit
+        if pattern == "uneven":
+            return unit * ((i + 2 * j) % 3) + (i == j)
+        if pattern == "zeros":
+            return 0 if (i + j) % 2 else unit + 1
+        return unit + 1 if j == 0 else 0  # all to one
+
+    sends = {m: [rows(i, j) for j in range(n)] for i, m in enumerate(members)}
+    ins = member_inputs(ctx, case, members, max(sum(s) for s in sends.values()), None)
+    offsets = {m: [sum(sends[m][:j]) for j in range(n)] for m in members}
+    mine = ins[ctx.rank][:sum(sends[ctx.rank])]
+    want = torch.cat([ins[m][offsets[m][me]:offsets[m][me] + sends[m][me]] for m in members])
+    placed_in = data.place(mine, case["in_layout"], ctx.device)
+    out = data.empty_like_layout(want.numel(), dtype, case["out_layout"], ctx.device)
+    in_splits, out_splits = sends[ctx.rank], [sends[m][me] for m in members]
+    what = (f"{label}: all_to_all_single of {ref.dtype_name(dtype)} ({case['values']} values), {pattern} splits "
+            f"{in_splits} in, {out_splits} out, {case['in_layout']} input, {case['out_layout']} output")
+    if run(ctx, case, what, None, lambda: dist.all_to_all_single(
+            out.view.reshape(-1) if out.view.dim() > 1 else out.view, placed_in.view.reshape(-1)
+            if placed_in.view.dim() > 1 else placed_in.view,
+            output_split_sizes=out_splits, input_split_sizes=in_splits, group=group)):
+        expect(ctx, what, out, data.Expected(want))

@@ -1,0 +1,42 @@
+"""Which boundary values of each generated dimension every data check hits, for a seed, budget and world size.
+
+The plans here are the ones the checks run (each check notes, on rank 0, how many cases its plans ran and
+how many boundary values of each dimension they hit; this module lists which).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+from conformance.checks import coalescing_cases, p2p_cases
+from conformance.checks import collective_cases as cc
+from conformance.checks.cases import Generation, Plan, show
+
+
+def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan, int]]]:
+    """Requirement id -> the (plan, group size) pairs its check runs on the world (subgroups run the same
+    plans at their own size). ``any_source``: whether the target has recv(src=None)."""
+    caps = {"p2p_any_source"} if any_source else set()
+    fake = SimpleNamespace(target=SimpleNamespace(capabilities=caps))
+    n = world_size
+    return {
+        "COLL-ALLREDUCE-OPS": [(cc.ALL_REDUCE, n)],
+        "COLL-GATHER-SCATTER-ORDER": [(cc.GATHER, n)],
+        "COLL-ROOTED": [(cc.rooted_plan(n, big=True), n)],
+        "COLL-NONCONTIGUOUS": [(cc.NONCONTIGUOUS, n)],
+        "COLL-ALLTOALL-UNEVEN": [(cc.ALLTOALL, n)],
+        "P2P-DATA": [(p2p_cases.plan(fake), n)],  # type: ignore[arg-type]
+        "COAL-SYNC-RESULTS": [(coalescing_cases.PLAN, n)],
+    }
+
+
+def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, int, str, list[str], list[str]]]:
+    """(requirement, plan, cases, dimension, boundary values hit, boundary values missed) for every dimension."""
+    for requirement, pairs in plans(world_size).items():
+        for plan, n in pairs:
+            cases = plan.cases(generation, n)
+            hit = plan.coverage(cases)
+            for dim, values in plan.dims.items():
+                missed = [show(v) for v in values if show(v) not in hit[dim]]
+                yield requirement, plan.name, len(cases), dim, hit[dim], missed

@@ -1,0 +1,290 @@
+"""Inputs, exact references, layouts and the tolerance model of generated cases (vectorised: sizes reach MiBs).
+
+Every rank draws every member's input from the seed, so each computes the expected output itself. Integer,
+bool, MIN/MAX and data-movement results are exact (bit for bit where nothing is computed). Floating sums,
+averages and products of inexact values are judged against a float64 reference with this tolerance model,
+for ``n`` ranks and the dtype's unit roundoff ``u = eps / 2``:
+
+- SUM: ``|got - ref| <= 2 n u sum|x_i| + tiny`` (a backend summing in any order in the dtype errs by at most
+  ``(n - 1) u sum|x_i|``; the float64 reference of a float64 sum by as much again);
+- AVG: the SUM bound divided by ``n``, plus ``2 u |ref|`` for the division;
+- PRODUCT: ``|got - ref| <= 2 n u |ref| + tiny``.
+
+``tiny`` is the dtype's smallest subnormal. Small-integer cases stay exact in every dtype (``reference.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from conformance.checks.cases import stable_seed
+
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
+
+
+def _int_range(dtype: torch.dtype, op: str | None, n: int) -> tuple[int, int]:
+    """Inputs of ``dtype`` whose reduction by ``op`` over ``n`` ranks stays in range (uint8 wraps, exactly)."""
+    info = torch.iinfo(dtype)
+    if dtype == torch.uint8 or op in (None, "MIN", "MAX", "BAND", "BOR", "BXOR"):
+        return info.min, info.max
+    if op == "PRODUCT":
+        m = round(info.max ** (1 / n))  # the largest m with m ** n <= max, from a float estimate
+        while m**n > info.max:
+            m -= 1
+        while (m + 1) ** n <= info.max:
+            m += 1
+        return -m, m
+    return -(info.max // n), info.max // n
+
+
+def _float_exponents(dtype: torch.dtype, op: str | None, n: int) -> tuple[int, int]:
+    """Binary exponents of inputs whose reduction over ``n`` ranks neither overflows nor underflows."""
+    info = torch.finfo(dtype)
+    top, low = math.floor(math.log2(info.max)), math.ceil(math.log2(info.tiny))
+    if op == "PRODUCT":
+        return low // n + 1, top // n - 1
+    return low, top - n.bit_length() - 1
+
+
+def draw(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, seed: int) -> torch.Tensor:
+    """``count`` values of ``dtype`` of value kind ``kind``, safe to reduce by ``op`` over ``n`` ranks (CPU)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (count,), generator=g).bool()
+    if kind == "small" or count == 0:
+        return _draw_small(dtype, op, count, g)
+    if not dtype.is_floating_point:
+        return _draw_int(kind, dtype, op, n, count, g)
+    return _draw_float(kind, dtype, op, n, count, g)
+
+
+def _draw_small(dtype: torch.dtype, op: str | None, count: int, g: torch.Generator) -> torch.Tensor:
+    """Small integers (powers of two for PRODUCT): exact through every op in every dtype."""
+    if op == "PRODUCT":
+        pick = torch.tensor([1.0, -1.0, 2.0, 0.5, -2.0] if dtype.is_floating_point else [1, -1, 2, 1, 1])
+        vals = pick[torch.randint(0, 5, (count,), generator=g)]
+        return vals.abs().to(dtype) if dtype == torch.uint8 else vals.to(dtype)
+    low = 1 if dtype == torch.uint8 else -4
+    return torch.randint(low, 9 if dtype == torch.uint8 else 5, (count,), generator=g).to(dtype)
+
+
+def _draw_int(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, g: torch.Generator) -> torch.Tensor:
+    lo, hi = _int_range(dtype, op, n)
+    if kind == "unsigned high" and dtype == torch.uint8:
+        lo = 128
+    if kind == "extremes":
+        pick = torch.tensor(sorted({lo, hi, lo + 1, hi - 1, 0, max(lo, -1), min(hi, 1)}), dtype=torch.int64)
+        vals = pick[torch.randint(0, len(pick), (count,), generator=g)]
+        vals[: min(2, count)] = torch.tensor([lo, hi][: min(2, count)])
+        return vals.to(dtype)
+    return _randint(lo, hi, count, g).to(dtype)
+
+
+def _draw_float(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int,
+                g: torch.Generator) -> torch.Tensor:
+    if op is None and kind == "full range":  # any finite bit pattern: subnormals, -0.0, every mantissa bit
+        size = torch.empty((), dtype=dtype).element_size()
+        bits = torch.randint(-(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1, (count,), generator=g,
+                             dtype=torch.int64).to(_BITS[size])
+        vals = bits.view(dtype)
+        return torch.where(torch.isfinite(vals), vals, torch.zeros((), dtype=dtype))
+    lo_e, hi_e = _float_exponents(dtype, op, n)
+    sign = torch.randint(0, 2, (count,), generator=g).double() * 2 - 1
+    if kind == "extremes":
+        exps = torch.tensor([lo_e, hi_e, 0], dtype=torch.float64)[torch.randint(0, 3, (count,), generator=g)]
+        mant = torch.ones(count, dtype=torch.float64)
+        exps[: min(2, count)] = torch.tensor([float(hi_e), float(lo_e)][: min(2, count)])
+    else:
+        exps = torch.randint(lo_e, hi_e + 1, (count,), generator=g).double()
+        mant = 1 + torch.rand(count, generator=g, dtype=torch.float64)
+    if op == "PRODUCT":
+        mant = mant.clamp(max=1.5)  # (1.5 ** n) * 2 ** (top // n - 1) ** n stays below the dtype's max
+    return (sign * mant * torch.exp2(exps)).to(dtype)
+
+
+def _randint(lo: int, hi: int, count: int, g: torch.Generator) -> torch.Tensor:
+    """Uniform int64 in [lo, hi] (inclusive; torch.randint's high is exclusive and int64-bounded)."""
+    if hi < 2**63 - 1:
+        return torch.randint(lo, hi + 1, (count,), generator=g, dtype=torch.int64)
+    vals = torch.randint(lo, hi, (count,), generator=g, dtype=torch.int64)
+    vals[torch.randint(0, 2, (count,), generator=g).bool() & (vals == lo)] = hi
+    return vals
+
+
+def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | None, n: int,
+           count: int) -> torch.Tensor:
+    """Rank ``rank``'s input for a case: every rank draws the same tensor for it. uint8 "unsigned high"
+    values lie above 127 on even ranks and below 128 on odd ones, so reductions compare and carry across
+    the sign bit a signed reading would see."""
+    vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
+    if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:
+        vals = vals - 128
+    return vals
+
+
+@dataclass
+class Expected:
+    """The expected flat output, and the per-element tolerance (None: exact)."""
+
+    values: torch.Tensor
+    tolerance: torch.Tensor | None = None
+
+
+def reduce(columns: Sequence[torch.Tensor], op: str, dtype: torch.dtype) -> Expected:
+    """The reduction by ``op`` of the members' inputs (rank order), exact or with the tolerance model."""
+    if dtype == torch.bool:
+        stack = torch.stack([c.long() for c in columns])
+        out = {"SUM": stack.amax(0), "MAX": stack.amax(0), "BOR": stack.amax(0), "PRODUCT": stack.amin(0),
+               "MIN": stack.amin(0), "BAND": stack.amin(0), "BXOR": stack.sum(0) % 2}[op]
+        return Expected(out.bool())
+    if not dtype.is_floating_point:
+        return _reduce_int(torch.stack([c.long() for c in columns]), op, dtype)
+    return _reduce_float(torch.stack([c.double() for c in columns]), op, dtype)
+
+
+def _reduce_int(stack: torch.Tensor, op: str, dtype: torch.dtype) -> Expected:
+    if op in ("SUM", "PRODUCT") and dtype == torch.uint8:  # wraps modulo 256, step by step
+        acc = stack[0].clone()
+        for row in stack[1:]:
+            acc = (acc + row if op == "SUM" else acc * row) & 255
+        return Expected(acc.to(dtype))
+    out = {"SUM": lambda s: s.sum(0), "PRODUCT": lambda s: s.prod(0), "MIN": lambda s: s.amin(0),
+           "MAX": lambda s: s.amax(0), "BAND": _fold(torch.bitwise_and), "BOR": _fold(torch.bitwise_or),
+           "BXOR": _fold(torch.bitwise_xor)}[op](stack)
+    return Expected(out.to(dtype))
+
+
+def _reduce_float(stack: torch.Tensor, op: str, dtype: torch.dtype) -> Expected:
+    """float64 reference of the members' values (exact in float64 for MIN/MAX), with the tolerance model."""
+    n = stack.shape[0]
+    if op in ("MIN", "MAX"):
+        return Expected((stack.amin(0) if op == "MIN" else stack.amax(0)).to(dtype))
+    info = torch.finfo(dtype)
+    u, tiny = info.eps / 2, info.smallest_normal * info.eps
+    if op == "PRODUCT":
+        ref = stack.prod(0)
+        return Expected(ref, 2 * n * u * ref.abs() + tiny)
+    ref, spread = stack.sum(0), stack.abs().sum(0)
+    if op == "AVG":
+        return Expected(ref / n, 2 * u * spread + 2 * u * (ref / n).abs() + tiny)
+    return Expected(ref, 2 * n * u * spread + tiny)
+
+
+def _fold(fn: object) -> object:
+    def run(stack: torch.Tensor) -> torch.Tensor:
+        acc = stack[0].clone()
+        for row in stack[1:]:
+            acc = fn(acc, row)  # type: ignore[operator]
+        return acc
+    return run
+
+
+def mismatch(got: torch.Tensor, want: Expected) -> str | None:
+    """None when ``got`` (any layout) holds ``want``; else how many elements differ and the first four."""
+    observed = got.detach().cpu().reshape(-1)
+    expected = want.values.reshape(-1)
+    if observed.numel() != expected.numel():
+        return f"{expected.numel()} elements expected, {observed.numel()} observed"
+    if want.tolerance is not None:
+        bad = (observed.double() - expected).abs() > want.tolerance
+        bad |= ~torch.isfinite(observed.double())
+    elif observed.dtype.is_floating_point and observed.dtype == expected.dtype:  # bit for bit: -0.0 is not 0.0
+        size = observed.element_size()
+        bad = observed.contiguous().view(_BITS[size]) != expected.contiguous().view(_BITS[size])
+    else:
+        bad = observed != expected.to(observed.dtype)
+    where = bad.nonzero().reshape(-1)
+    if where.numel() == 0:
+        return None
+    first = where[:4].tolist()
+    tol = "" if want.tolerance is None else f" (tolerance {[f'{want.tolerance[i].item():.3g}' for i in first]})"
+    return (f"{where.numel()} of {expected.numel()} elements differ; at {first}: expected "
+            f"{[expected[i].item() for i in first]}, observed {[observed[i].item() for i in first]}{tol}")
+
+
+CANARY = {torch.bool: True}
+
+
+def canary(dtype: torch.dtype) -> float | int | bool:
+    """The fill around a view: a value no generated input takes in place of it (checked unchanged)."""
+    return CANARY.get(dtype, 77)
+
+
+@dataclass
+class Placed:
+    """A tensor in a layout: ``view`` is what the collective gets; ``backing`` holds it, with canaries."""
+
+    view: torch.Tensor
+    backing: torch.Tensor
+    layout: str
+
+    def outside(self) -> torch.Tensor:
+        """The backing's elements outside the view (each must still be the canary)."""
+        index = torch.arange(self.backing.numel())
+        inside = index.as_strided(self.view.shape, self.view.stride(), self.view.storage_offset())
+        mask = torch.ones(self.backing.numel(), dtype=torch.bool)
+        mask[inside.reshape(-1)] = False
+        return self.backing.detach().cpu().reshape(-1)[mask]
+
+    def canary_damage(self) -> str | None:
+        """None when the elements around the view are untouched, else how many changed."""
+        rest = self.outside()
+        changed = (rest != canary(rest.dtype)).nonzero().reshape(-1)
+        if changed.numel() == 0:
+            return None
+        return f"{changed.numel()} element(s) outside the {self.layout} view were overwritten"
+
+
+def nd_shape(count: int) -> tuple[int, ...]:
+    """A 3-D shape with ``count`` elements (0 elements: a 2 x 0 x 3 tensor)."""
+    if count == 0:
+        return (2, 0, 3)
+    for d in (2, 3, 5, 7):
+        if count % d == 0:
+            rest = count // d
+            e = next((e for e in (2, 3) if rest % e == 0), 1)
+            return (d, e, rest // e)
+    return (1, count, 1)
+
+
+def place(flat: torch.Tensor, layout: str, device: object, shape: tuple[int, ...] | None = None) -> Placed:
+    """``flat``'s values in ``layout`` on ``device``: flat, N-D (``shape``, else ``nd_shape``), at a non-zero
+    storage offset, strided (every other element of a wider buffer, from offset 1) or transposed (a 2-D
+    transpose: non-contiguous)."""
+    count, dtype = flat.numel(), flat.dtype
+    fill = canary(dtype)
+    if layout == "flat":
+        backing = flat.clone().to(device)
+        return Placed(backing, backing, layout)
+    if layout == "N-D":
+        backing = flat.reshape(shape or nd_shape(count)).clone().to(device)
+        return Placed(backing, backing, layout)
+    if layout == "offset":
+        backing = torch.full((count + 5,), fill, dtype=dtype, device=device)
+        view = backing[3:3 + count]
+    elif layout == "strided":
+        backing = torch.full((2 * count + 2,), fill, dtype=dtype, device=device)
+        view = backing[1:1 + 2 * count:2]
+    elif layout == "transposed":
+        a, *rest = nd_shape(count)
+        b = 1
+        for r in rest:
+            b *= r
+        backing = torch.full((b, a), fill, dtype=dtype, device=device)
+        view = backing.t()
+        view.copy_(flat.reshape(a, b).to(device))
+        return Placed(view, backing, layout)
+    else:
+        raise KeyError(f"no layout {layout!r}")
+    view.copy_(flat.to(device))
+    return Placed(view, backing, layout)
+
+
+def empty_like_layout(count: int, dtype: torch.dtype, layout: str, device: object,
+                      shape: tuple[int, ...] | None = None) -> Placed:
+    """An output of ``count`` elements in ``layout``, filled with the canary (so an untouched output shows)."""
+    return place(torch.full((count,), canary(dtype), dtype=dtype), layout, device, shape)

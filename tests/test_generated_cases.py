@@ -1,0 +1,151 @@
+"""The case generator, the exact references and tolerance model, layouts, and the shrinker (one process)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conformance import cli, inputs
+from conformance.checks import cases as gc
+from conformance.checks import data
+from conformance.checks.cases import Generation, Plan
+from conformance.checks.common import Findings
+from conformance.checks.coverage import plans, rows
+from conformance.checks.generated import run_plan
+from conformance.checks.registry import CheckContext
+from conformance.outcomes import CheckFailed
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4, 8])
+def test_every_plan_hits_every_boundary_value(world_size: int) -> None:
+    missed = [(req, dim, gone) for req, _, _, dim, _, gone in rows(Generation(budget=0), world_size) if gone]
+    assert not missed
+
+
+def test_cases_depend_on_seed_and_world_size_only() -> None:
+    plan = plans(4)["COLL-ALLREDUCE-OPS"][0][0]
+    first = plan.cases(Generation(seed=5, budget=3), 4)
+    assert first == plan.cases(Generation(seed=5, budget=3), 4)
+    assert [c for c in first if not c.boundary] != [c for c in plan.cases(Generation(seed=6, budget=3), 4)
+                                                    if not c.boundary]
+    assert len([c for c in first if not c.boundary]) == 3
+    assert len(plan.cases(Generation(seed=5, budget=0), 4)) == len([c for c in first if c.boundary])
+
+
+def test_sizes_reach_past_the_protocol_thresholds() -> None:
+    counts = {label: gc.numel(label, torch.float32, 4) for label in gc.sizes()}
+    assert counts["0"] == 0 and counts["1"] == 1 and counts["not divisible by n"] % 4
+    assert counts["64KiB+1e"] * 4 > 64 * 1024 and counts["4MiB+3e"] * 4 > 4 * 1024 * 1024
+
+
+def test_seeded_inputs_are_the_same_in_every_process_and_cover_the_range() -> None:
+    a = data.inputs(9, 1, "extremes", torch.int64, "MAX", 4, 100)
+    assert torch.equal(a, data.inputs(9, 1, "extremes", torch.int64, "MAX", 4, 100))
+    info = torch.iinfo(torch.int64)
+    assert a.min().item() == info.min and a.max().item() == info.max
+    high = data.inputs(9, 0, "unsigned high", torch.uint8, "SUM", 4, 100)
+    assert high.min().item() >= 128 and data.inputs(9, 1, "unsigned high", torch.uint8, "SUM", 4, 100).max() < 128
+    summable = data.inputs(9, 0, "extremes", torch.int32, "SUM", 4, 100)
+    assert summable.long().abs().max().item() * 4 <= torch.iinfo(torch.int32).max
+
+
+def test_float_tolerance_admits_any_summation_order_and_rejects_a_dropped_rank() -> None:
+    columns = [data.inputs(3, r, "full range", torch.bfloat16, "SUM", 8, 4096) for r in range(8)]
+    want = data.reduce(columns, "SUM", torch.bfloat16)
+    for order in (range(8), reversed(range(8)), (3, 1, 7, 0, 2, 6, 4, 5)):
+        acc = torch.zeros(4096, dtype=torch.bfloat16)
+        for r in order:
+            acc = acc + columns[r]  # rounded to bfloat16 at every step
+        assert data.mismatch(acc, want) is None
+    dropped = sum(c.float() for c in columns[1:]).to(torch.bfloat16)
+    assert data.mismatch(dropped, want) is not None
+
+
+def test_data_movement_is_judged_bit_for_bit() -> None:
+    want = data.Expected(torch.tensor([-0.0, 1.0]))
+    assert data.mismatch(torch.tensor([-0.0, 1.0]), want) is None
+    assert "1 of 2 elements differ" in data.mismatch(torch.tensor([0.0, 1.0]), want)
+
+
+@pytest.mark.parametrize("layout", ["N-D", "offset", "strided", "transposed"])
+def test_layouts_hold_the_values_and_guard_their_surroundings(layout: str) -> None:
+    flat = torch.arange(12, dtype=torch.float32)
+    placed = data.place(flat, layout, "cpu")
+    assert torch.equal(placed.view.reshape(-1), flat) and placed.canary_damage() is None
+    assert placed.view.is_contiguous() == (layout in ("N-D", "offset"))
+    if layout == "offset":
+        assert placed.view.storage_offset() > 0
+        placed.backing[0] = 1.0
+        assert "outside the offset view" in placed.canary_damage()
+
+
+def _ctx() -> CheckContext:
+    requirement = SimpleNamespace(id="TEST-GENERATED")
+    return CheckContext(0, 1, SimpleNamespace(), dist.HashStore(), requirement, 5.0,  # type: ignore[arg-type]
+                        generation=Generation(seed=1, budget=4))
+
+
+def test_the_first_failure_is_shrunk_to_the_smallest_failing_size_and_named_with_the_seed() -> None:
+    ctx = _ctx()
+    plan = Plan("demo", {"size": gc.sizes(), "layout": ("flat", "offset")}, samplers={"size": gc.sample_size})
+
+    def run_one(case: gc.Case) -> None:  # a backend wrong above 64 KiB, in any layout
+        if gc.numel(case["size"], torch.float32, 1) * 4 > 64 * 1024:
+            raise CheckFailed(f"rank 0: wrong at {case['size']}")
+
+    found = Findings(ctx)
+    run_plan(ctx, found, plan, run_one, [0], "world")
+    smallest = found.failures[0]
+    assert "seed 1" in smallest and "--seed 1 --budget 4" in smallest
+    assert "size=64KiB+1e, layout=flat" in smallest and "wrong at 64KiB+1e" in smallest
+    assert any("rank 0: generated demo:" in n for n in ctx.notes)
+
+
+def test_a_passing_plan_records_no_failure() -> None:
+    ctx = _ctx()
+    found = Findings(ctx)
+    run_plan(ctx, found, Plan("ok", {"size": gc.sizes()}), lambda case: None, [0], "world")
+    assert not found.failures and found.raised is None
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--seed", "-1"), ("--seed", "x"), ("--budget", "-2")])
+def test_bad_seed_or_budget_is_refused_before_anything_runs(flag: str, value: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["run", "--target", "sim", flag, value])
+    assert stopped.value.code == cli.ExitCode.BAD_INPUT and value in capsys.readouterr().err
+    with pytest.raises(inputs.InputError):
+        (inputs.seed if flag == "--seed" else inputs.budget)(value)
+
+
+class _Config:
+    """The two calls of pytest.Config that the plugin's option check makes."""
+
+    def __init__(self, **options: str) -> None:
+        self.options = {"--conformance-targets": "sim", "--conformance-world-sizes": "2",
+                        "--conformance-timeout": "30", "--conformance-report-dir": None,
+                        "--conformance-seed": "23", "--conformance-budget": "2", **options}
+        self.cleanups: list = []
+
+    def getoption(self, name: str, default: object = None) -> object:
+        return self.options.get(name, default)
+
+    def add_cleanup(self, fn: object) -> None:
+        self.cleanups.append(fn)
+
+
+def test_pytest_options_export_the_generation_and_refuse_bad_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.pytest_plugin import _validate_options
+
+    monkeypatch.delenv(gc.ENV_SEED, raising=False)
+    config = _Config(**{"--conformance-seed": "7", "--conformance-budget": "0"})
+    _validate_options(config)  # type: ignore[arg-type]
+    assert Generation.from_env() == Generation(seed=7, budget=0)
+    for cleanup in config.cleanups:
+        cleanup()
+    assert Generation.from_env() == Generation()
+    with pytest.raises(pytest.UsageError, match="seed"):
+        _validate_options(_Config(**{"--conformance-seed": "seven"}))  # type: ignore[arg-type]
