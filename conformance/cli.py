@@ -219,6 +219,17 @@ def cmd_defects(args: argparse.Namespace) -> ExitCode:
     return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console)
 
 
+def cmd_mutate(args: argparse.Namespace) -> ExitCode:
+    """Mutation testing: judge generated mutants of the simulator and of toyccl (conformance.mutation)."""
+    from conformance.mutation.command import cmd_mutate as mutate
+
+    try:
+        return ExitCode(mutate(args, say=lambda text: console.print(text, markup=False, soft_wrap=True)))
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        return ExitCode.BAD_INPUT
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = _Parser(prog="python -m conformance", description=__doc__)
@@ -257,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("framework", help="run a framework's group builder on the simulator and judge its groups")
     framework.add_arguments(p)
     p.set_defaults(fn=framework.cmd_framework)
+    p = sub.add_parser("mutate", help="mutation testing: judge generated mutants of the simulator and of toyccl")
+    from conformance.mutation.command import add_arguments as mutate_arguments
+
+    mutate_arguments(p)
+    p.set_defaults(fn=cmd_mutate)
     return parser
 
 
