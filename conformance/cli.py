@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     as the process's entry point (no ``argv``), SIGINT and SIGTERM are ignored from then on: a late second
     Ctrl-C must not turn the exit status of a run that stopped cleanly into a death by signal."""
     args = build_parser().parse_args(argv)
-    if args.command in ("run", "certify", "defects"):
+    if args.command in ("run", "certify", "defects", "mutate"):
         interrupts.install()  # SIGTERM stops a run as Ctrl-C does; a second signal never breaks the cleanup
     try:
         return args.fn(args)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conformance import inputs
+from conformance import inputs, interrupts
 
 if TYPE_CHECKING:
     from conformance.mutation.harness import Mutant
@@ -100,12 +100,18 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         say(f"{target.name}: {len(population)} mutants; judging {len(todo)} ({len(done)} recorded) "
             f"on {args.jobs} slots")
         started = time.perf_counter()
-        if todo:
-            record = _recorder(rows_path, digest, done, len(todo), say)
-            meta["baseline_seconds"] = round(run_mutants(ROOT, todo, args.jobs, judge_args, args.mutant_timeout,
-                                                         record), 1)
-        meta["wall_seconds"] = round(meta["wall_seconds"] + time.perf_counter() - started, 1)
-        atomic_write_text(meta_path, json.dumps(meta, indent=2))
+        try:
+            if todo:
+                record = _recorder(rows_path, digest, done, len(todo), say)
+                with interrupts.raising():
+                    meta["baseline_seconds"] = round(run_mutants(ROOT, todo, args.jobs, judge_args,
+                                                                 args.mutant_timeout, record), 1)
+        except KeyboardInterrupt:
+            say(f"interrupted: {len(done)} mutants of {target.name} recorded in {rows_path}; run again to go on")
+            return 3
+        finally:
+            meta["wall_seconds"] = round(meta["wall_seconds"] + time.perf_counter() - started, 1)
+            atomic_write_text(meta_path, json.dumps(meta, indent=2))
     per_target: dict[str, dict[str, Any]] = {}
     for name, target in TARGETS.items():  # the report covers every target with results for its current sources
         meta_path = args.results_dir / f"{name}.meta.json"

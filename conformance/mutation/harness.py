@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +41,7 @@ from conformance.mutation.judge import NOT_THE_TREE
 from conformance.mutation.targets import MutationTarget
 
 COPIED = ("conformance", "simulator", "examples/toyccl/toyccl")  # what the judge imports from the copy
-KILLED, SURVIVED, TIMEOUT, ERROR = "killed", "survived", "timeout", "error"
+KILLED, SURVIVED, TIMEOUT, ERROR, INCOMPETENT = "killed", "survived", "timeout", "error", "incompetent"
 CAUGHT = (KILLED, TIMEOUT, ERROR)  # non-conformant, or the command timed out or crashed
 BASELINE_TIMEOUT_S = 600.0
 TERM_GRACE_S = 5.0  # a timed-out judge gets SIGTERM first (its pools clean up the ranks), SIGKILL after
@@ -100,20 +101,45 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     return spans
 
 
+def _switch_on(test: ast.expr) -> bool:
+    """``test`` holds only when a planted defect switch is on: ``<...>defects.on(...)``, alone or as one
+    operand of an ``and``."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_switch_on(v) for v in test.values)
+    return (isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "on"
+            and "defects" in ast.unparse(test.func.value))
+
+
+def defect_branch_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) of the code that runs only under a planted defect switch (the simulator's ``Defects``):
+    the body of an ``if`` (or of a conditional expression) whose test needs a switch on. The suite judges
+    the simulator with every switch off, so a mutant there cannot change what any clean run does."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and _switch_on(node.test):
+            first, last = node.body[0], node.body[-1]
+            spans.append(((first.lineno, first.col_offset), (last.end_lineno or last.lineno, last.end_col_offset or 0)))
+        elif isinstance(node, ast.IfExp) and _switch_on(node.test):
+            spans.append(((node.body.lineno, node.body.col_offset),
+                          (node.body.end_lineno or node.body.lineno, node.body.end_col_offset or 0)))
+    return spans
+
+
 def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
-    """Every mutation cosmic-ray's operators make in the target's modules, outside annotations, in a stable
-    order. A site an operator mutates more than one way (a number to n+1 and n-1) gets ``#k`` on its id."""
+    """Every mutation cosmic-ray's operators make in the target's modules, outside annotations and outside
+    defect-switch branches (``defect_branch_spans``), in a stable order. A site an operator mutates more than
+    one way (a number to n+1 and n-1) gets ``#k`` on its id."""
     modules = sorted((root / target.source).glob("*.py"))
     with tempfile.TemporaryDirectory(prefix="cfm-mutants-") as tmp, use_db(str(Path(tmp) / "session.sqlite")) as db:
         init(modules, db, {})
         specs = sorted((item.mutations[0] for item in db.work_items),
                        key=lambda s: (str(s.module_path), s.operator_name, s.occurrence))
-    annotations = {m: annotation_spans(m.read_text()) for m in modules}
+    skipped = {m: annotation_spans(m.read_text()) + defect_branch_spans(m.read_text()) for m in modules}
     found: list[Mutant] = []
     seen: dict[str, int] = {}
     for spec in specs:
         module = Path(spec.module_path)
-        if any(start <= tuple(spec.start_pos) < end for start, end in annotations[module]):
+        if any(start <= tuple(spec.start_pos) < end for start, end in skipped[module]):
             continue
         rel = module.resolve().relative_to(root.resolve()).as_posix()
         line, col = spec.start_pos
@@ -155,18 +181,36 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
+_LIVE: set[subprocess.Popen[str]] = set()  # the judges running now, stopped together on an interrupt
+_LIVE_LOCK = threading.Lock()
+
+
 def run_judge(slot: Path, target: str, judge_args: list[str], timeout_s: float) -> tuple[int | None, str, str]:
     """Run the judge in ``slot``: (exit code, or None on timeout; stdout; stderr's tail)."""
     cmd = [sys.executable, "-m", "conformance.mutation.judge", target, *judge_args]
     proc = subprocess.Popen(cmd, cwd=slot, env=_env(slot), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _stop_group(proc)
         out, err = proc.communicate()
         return None, out, err[-2000:]
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
     return proc.returncode, out, err[-2000:]
+
+
+def stop_all() -> None:
+    """Stop every running judge with its process group (on an interrupt: they run in sessions of their own,
+    so a Ctrl-C at the terminal does not reach them)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _stop_group(proc)
 
 
 def _verdict(out: str) -> dict[str, Any]:
@@ -185,6 +229,10 @@ def judge_mutant(slot: Path, mutant: Mutant, judge_args: list[str], timeout_s: f
             raise RuntimeError(f"{mutant.id}: cosmic-ray made no mutation (the source changed since enumeration?)")
         diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), mutant.path,
                                             mutant.path, n=0))
+        try:  # cosmic-ray can make code that does not compile (`*` of keyword-only parameters to `**`)
+            compile(after, mutant.path, "exec")
+        except SyntaxError as exc:
+            return Judged(mutant, INCOMPETENT, 0.0, "does not compile", diff=diff, tail=str(exc))
         rc, out, err = run_judge(slot, mutant.target, judge_args, timeout_s)
     seconds = round(time.perf_counter() - started, 2)
     found = _verdict(out)
@@ -242,8 +290,14 @@ def run_mutants(root: Path, mutants: list[Mutant], jobs: int, judge_args: list[s
                 free.put(slot)
 
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            for future in [pool.submit(one, m) for m in mutants]:
-                future.result()
+            futures = [pool.submit(one, m) for m in mutants]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # an interrupt or a harness error: no judge outlives the run
+                pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
     return baseline
 
 
