@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds a judge may run; one that runs longer is killed and counts as caught by timeout")
     p.add_argument("--timeout", type=inputs.timeout, default=8.0, help="per-check timeout inside the judge")
     p.add_argument("--world-sizes", type=inputs.world_sizes, default=[2, 4])
+    p.add_argument("--requirement", default="",
+                   help="judge with only these requirements (comma-separated): which of them kill a mutant")
     p.add_argument("--results-dir", type=Path, default=Path("reports/mutation"),
                    help="<target>.jsonl (one line per judged mutant) and <target>.meta.json; reused when the "
                         "sources are unchanged, so a sample can grow run by run")
@@ -81,7 +83,8 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
     names = [t.strip() for t in args.target.split(",") if t.strip()]
     if not names or any(n not in TARGETS for n in names):
         raise ValueError(f"--target {args.target!r}: expected some of {sorted(TARGETS)}, comma-separated")
-    judge_args = ["--timeout", str(args.timeout), "--world-sizes", ",".join(map(str, args.world_sizes))]
+    judge_args = ["--timeout", str(args.timeout), "--world-sizes", ",".join(map(str, args.world_sizes)),
+                  *(["--requirement", args.requirement] if args.requirement else [])]
     args.results_dir.mkdir(parents=True, exist_ok=True)
     for target in (TARGETS[n] for n in names):
         digest = source_digest(ROOT, target)

@@ -24,7 +24,7 @@ from conformance.report import Result, compute_verdict
 from conformance.report.build import Verdict
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
-from conformance.session import judge, load_bound_catalog, load_target_expectations
+from conformance.session import Selection, judge, load_bound_catalog, load_target_expectations
 
 NOT_THE_TREE = 5
 
@@ -42,13 +42,15 @@ def _fails_a_must(result: Result, kinds: dict[str, str]) -> bool:
     return result.level == "MUST" and kinds.get(result.requirement) == "backend" and result.outcome.failing
 
 
-def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: float) -> dict[str, Any]:
-    """Run the suite on ``target`` until its first failing backend MUST; the verdict and that case."""
+def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: float,
+                 only: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the suite (``only`` these requirements, if given) on ``target`` until its first failing backend
+    MUST; the verdict and that case."""
     if target.import_module:
         problem = probe_import(target.import_module, target.options["backend"], timeout_s)
         if problem:  # certify refuses such a module (exit 2): the mutant is caught before any check
             return {"verdict": "import-refused", "first_failure": {"detail": problem[:400]}}
-    catalog = load_bound_catalog()
+    catalog = Selection(ids=only).pick(load_bound_catalog())
     kinds = {r.id: r.kind for r in catalog}
     expectations = load_target_expectations(target.suite_target)
     options = target.options or None
@@ -81,13 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("target", choices=sorted(TARGETS))
     parser.add_argument("--world-sizes", type=inputs.world_sizes, default=[2, 4])
     parser.add_argument("--timeout", type=inputs.timeout, default=8.0, help="per-check timeout in seconds")
+    parser.add_argument("--requirement", default="", help="only these requirement ids (comma-separated)")
     args = parser.parse_args(argv)
     target = TARGETS[args.target]
     elsewhere = imported_from(target, Path.cwd())
     if elsewhere:
         print(json.dumps({"verdict": "not-the-tree", "imported_from": elsewhere}))
         return NOT_THE_TREE
-    outcome = judge_target(target, args.world_sizes, args.timeout)
+    only = tuple(r.strip() for r in args.requirement.split(",") if r.strip())
+    outcome = judge_target(target, args.world_sizes, args.timeout, only)
     print(json.dumps(outcome), flush=True)
     return 0 if outcome["verdict"] in (Verdict.CONFORMANT, Verdict.CONFORMANT_WITH_WAIVERS) else 1
 
