@@ -142,15 +142,30 @@ def lifecycle(ctx: CheckContext) -> None:
         store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
         ctx.target.init_world(store, ctx.rank, n, WorldSpec(mode=default_mode(ctx)), ctx.timeout_s)
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, where)
-        doomed, kept = ctx.new_group(ranks), ctx.new_group(ranks[::-1])
+        since = ctx.probe.mark()
+        doomed = ctx.new_group(ranks)
         expect_allreduce_members(ctx, doomed, ranks, f"{where}: a subgroup before it is destroyed")
+        made = [e["comm"] for e in new_comms(ctx, since)]
+        since = ctx.probe.mark()
+        kept = ctx.new_group(ranks[::-1])
         dist.destroy_process_group(doomed)
+        _expect_destroyed(ctx, made, since, f"{where}: destroy_process_group(subgroup)")
         expect_allreduce_members(ctx, kept, ranks, f"{where}: a subgroup after another one was destroyed")
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, f"{where}: world after a subgroup was destroyed")
         dist.barrier()
         dist.destroy_process_group()
         ctx.expect_equal(f"{where}: dist.is_initialized() after destroy_process_group()", False,
                          dist.is_initialized())
+
+
+def _expect_destroyed(ctx: CheckContext, made: list[Any], since: int, what: str) -> None:
+    """Where the probe records both creation and destruction: every communicator made for a destroyed group
+    has been destroyed (its creation, seen by the probe, is the positive control)."""
+    if not {"comm_created", "comm_destroyed"} <= ctx.probe.observes:
+        return
+    positive_control(ctx, bool(made), "the destroyed subgroup's communicator being made")
+    gone = {e["comm"] for e in ctx.probe.events("comm_destroyed", since)}
+    ctx.expect(set(made) <= gone, f"{what}: communicators of the group destroyed", made, sorted(gone))
 
 
 @check("API-SINGLETON-GROUP")

@@ -76,7 +76,14 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
     import torch  # here, not at the top: building the CLI's parser must not load cosmic-ray's plugins
 
     from conformance.mutation import report
-    from conformance.mutation.harness import enumerate_mutants, load_results, run_mutants, source_digest
+    from conformance.mutation.harness import (
+        Mutant,
+        enumerate_mutants,
+        load_results,
+        rule_equivalent,
+        run_mutants,
+        source_digest,
+    )
     from conformance.mutation.targets import TARGETS
     from conformance.report.write import atomic_write_text
 
@@ -121,7 +128,8 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         rows = load_results(args.results_dir / f"{name}.jsonl", source_digest(ROOT, target))
         if meta_path.exists() and rows:
             per_target[name] = json.loads(meta_path.read_text()) | {"rows": list(rows.values())}
-    built = report.build(per_target, report.load_triage())
+    judged = [Mutant(**r["mutant"]) for run in per_target.values() for r in run["rows"]]
+    built = report.build(per_target, rule_equivalent(ROOT, judged) | report.load_triage())
     args.report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.report_dir / "mutation.json", json.dumps(built, indent=2, sort_keys=True))
     atomic_write_text(args.report_dir / "mutation.md", report.render(built))

@@ -125,6 +125,34 @@ def defect_branch_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, i
     return spans
 
 
+def switch_operand_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) of the call-free operands of an ``and`` that also needs a defect switch on: however such
+    an operand is mutated, what the ``and`` guards still needs the switch, so the mutant is equivalent on the
+    clean simulator. (Triaged by this rule in the report rather than left out of the population, so that
+    the seeded samples drawn before the rule stay the same.)"""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        test = getattr(node, "test", None)
+        if isinstance(node, ast.If | ast.IfExp) and isinstance(test, ast.BoolOp) and _switch_on(test):
+            spans += [((v.lineno, v.col_offset), (v.end_lineno or v.lineno, v.end_col_offset or 0))
+                      for v in test.values if not any(isinstance(c, ast.Call) for c in ast.walk(v))]
+    return spans
+
+
+def rule_equivalent(root: Path, mutants: list[Mutant]) -> dict[str, dict[str, str]]:
+    """Triage entries for the mutants ``switch_operand_spans`` shows equivalent."""
+    spans: dict[str, list[tuple[tuple[int, int], tuple[int, int]]]] = {}
+    found = {}
+    for m in mutants:
+        if m.path not in spans:
+            spans[m.path] = switch_operand_spans((root / m.path).read_text())
+        if any(a <= (m.line, m.col) < b for a, b in spans[m.path]):
+            found[m.id] = {"id": m.id, "class": "equivalent",
+                           "why": "operand of an `and` that also needs a defect switch on: the guarded code "
+                                  "still runs only under the switch (rule: harness.switch_operand_spans)"}
+    return found
+
+
 def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
     """Every mutation cosmic-ray's operators make in the target's modules, outside annotations and outside
     defect-switch branches (``defect_branch_spans``), in a stable order. A site an operator mutates more than
@@ -151,10 +179,9 @@ def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
 
 
 def sample(mutants: list[Mutant], n: int | None, seed: int) -> list[Mutant]:
-    """A seeded uniform sample of ``n`` mutants (all of them when ``n`` is None or larger)."""
-    if n is None or n >= len(mutants):
-        return list(mutants)
-    return sorted(random.Random(seed).sample(mutants, n), key=lambda m: m.id)
+    """A seeded uniform sample of ``n`` mutants (all of them when ``n`` is None or larger), in the seeded
+    random order they run in: a run stopped early has judged a uniform sample too."""
+    return random.Random(seed).sample(mutants, min(len(mutants), n if n is not None else len(mutants)))
 
 
 def _copy_tree(root: Path, slot: Path) -> None:
