@@ -224,7 +224,7 @@ def cmd_mutate(args: argparse.Namespace) -> ExitCode:
     from conformance.mutation.command import cmd_mutate as mutate
 
     try:
-        return ExitCode(mutate(args, say=lambda text: console.print(text, markup=False, soft_wrap=True)))
+        return ExitCode(mutate(args, say=lambda text: console.print(text, markup=False, emoji=False, soft_wrap=True)))
     except ValueError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return ExitCode.BAD_INPUT

@@ -11,9 +11,11 @@ import torch
 import torch.distributed as dist
 
 from conformance.checks.common import (
+    Findings,
     default_mode,
     expect_allreduce_members,
     new_comms,
+    optional_case,
     options_part,
     positive_control,
 )
@@ -23,7 +25,10 @@ from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 from conformance.targets.base import WorldSpec
 
-MAX_TAG = 2**31 - 1  # torch's tag is a C int (ProcessGroup::send(..., int tag))
+MAX_TAG = 2**31 - 1
+# torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
+# per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
+NO_OP = "No backend type associated with device type"  # torch's tag is a C int (ProcessGroup::send(..., int tag))
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
@@ -198,3 +203,52 @@ def _ran(fn: Callable[..., Any], result: torch.Tensor, *args: Any, **kwargs: Any
     """Call ``fn(*args, **kwargs)`` and return ``result`` (the tensor it writes)."""
     fn(*args, **kwargs)
     return result
+
+
+@check("API-LIST-COLLECTIVES")
+def list_collectives(ctx: CheckContext) -> None:
+    """The list forms no other check calls: gather and scatter from every root, all_to_all with uneven
+    shapes, all_gather and all_gather_coalesced, each exact in group-rank order or refused naming the op."""
+    ctx.init_world(default_mode(ctx))
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    found = Findings(ctx)  # every rank issues every collective, whatever it found
+
+    def block(src: int, dst: int) -> list[float]:  # what src sends to dst: dst + 1 elements, unique values
+        return [float(src * 100 + dst * 10 + i) for i in range(dst + 1)]
+
+    def declined(*ops: str) -> tuple[str, ...]:  # a refusal names the op; torch's own error for a Python
+        return (*ops, NO_OP)  # ProcessGroup that lacks the op names the device instead (noted in the report)
+
+    for root in range(n):
+        got = [torch.zeros(3, device=dev) for _ in range(n)] if r == root else None
+        if optional_case(ctx, f"gather to root {root}", lambda got=got, root=root: dist.gather(
+                torch.tensor(block(r, 2), device=dev), gather_list=got, dst=root), declined("gather")) and got:
+            for j, t in enumerate(got):
+                found.case(_exact, ctx, t, block(j, 2), f"gather to root {root}: block from rank {j}")
+        out = torch.zeros(3, device=dev)  # gloo scatters equal sizes only
+        sent = [torch.tensor(block(root, j)[:1] * 3, device=dev) for j in range(n)] if r == root else None
+        if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
+                out, scatter_list=sent, src=root), declined("scatter")):
+            found.case(_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
+    outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
+    ins = [torch.tensor(block(r, j), device=dev) for j in range(n)]
+    if optional_case(ctx, "all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins),
+                     declined("alltoall", "all_to_all")):
+        for j, t in enumerate(outs):
+            found.case(_exact, ctx, t, block(j, r), f"all_to_all: block from rank {j}")
+    gathered = [torch.zeros(2, device=dev) for _ in range(n)]
+    dist.all_gather(gathered, torch.tensor(block(r, 1), device=dev))
+    for j, t in enumerate(gathered):
+        found.case(_exact, ctx, t, block(j, 1), f"all_gather: tensor from rank {j}")
+    lists = [[torch.zeros(1, device=dev), torch.zeros(2, device=dev)] for _ in range(n)]
+    if optional_case(ctx, "all_gather_coalesced", lambda: dist.all_gather_coalesced(
+            lists, [torch.tensor(block(r, 0), device=dev), torch.tensor(block(r, 1), device=dev)]),
+            declined("allgather_coalesced", "all_gather_coalesced")):
+        for j, pair in enumerate(lists):
+            for k, t in enumerate(pair):
+                found.case(_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
+    found.conclude()
+
+
+def _exact(ctx: CheckContext, got: torch.Tensor, want: list[float], what: str) -> None:
+    ctx.expect(mismatch(got, want, got.dtype) is None, what, want, got.tolist())

@@ -5,8 +5,8 @@ string parsing, split_group filters, creator arguments, batch validation). No ba
 show that their checks have teeth, so the defect matrix swaps in one of these defective versions
 for the duration of one check (``conformance.planted.task``), through a ``simulator.patches.Patches``.
 
-The last one patches the simulator's own class instead, for an API surface no simulator switch reaches (what
-destroying a group releases); the mutation run found it unguarded.
+The last two patch the simulator's own classes instead, for API surfaces no simulator switch reaches (what
+destroying a group releases, the list form of gather); the mutation run found both unguarded.
 """
 
 from __future__ import annotations
@@ -85,6 +85,13 @@ def _destroy_keeps_comms(patches: Patches) -> None:
     patches.wrap(SimProcessGroup, "shutdown", lambda original: lambda self: None)
 
 
+def _gather_reversed(patches: Patches) -> None:
+    from simulator.collectives import ListCollectives
+
+    patches.wrap(ListCollectives, "gather",
+                 lambda original: lambda self, outputs, *args: original(self, outputs[::-1], *args))
+
+
 MUTANTS: dict[str, tuple[str, Callable[[Patches], None]]] = {
     "frontend_malformed_accepted": ("a malformed backend string silently falls back to cpu:gloo",
                                     _malformed_accepted),
@@ -95,4 +102,5 @@ MUTANTS: dict[str, tuple[str, Callable[[Patches], None]]] = {
     "frontend_mixed_types_swallowed": ("a coalescing block of mixed op types is dropped without an error",
                                        _mixed_types_swallowed),
     "destroy_keeps_comms": ("destroying a group leaves its communicators alive", _destroy_keeps_comms),
+    "gather_reversed": ("gather (list form) fills the root's list in reverse rank order", _gather_reversed),
 }
