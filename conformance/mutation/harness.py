@@ -40,7 +40,7 @@ from cosmic_ray.work_db import use_db
 from conformance.mutation.judge import NOT_THE_TREE
 from conformance.mutation.targets import MutationTarget
 
-COPIED = ("conformance", "simulator", "examples/toyccl/toyccl")  # what the judge imports from the copy
+COPIED = ("conformance", "simulator", "examples/toyccl/toyccl", "examples/toyccl/capabilities.toml")  # judge's
 KILLED, SURVIVED, TIMEOUT, ERROR, INCOMPETENT = "killed", "survived", "timeout", "error", "incompetent"
 CAUGHT = (KILLED, TIMEOUT, ERROR)  # non-conformant, or the command timed out or crashed
 BASELINE_TIMEOUT_S = 600.0
@@ -186,7 +186,10 @@ def sample(mutants: list[Mutant], n: int | None, seed: int) -> list[Mutant]:
 
 def _copy_tree(root: Path, slot: Path) -> None:
     for rel in COPIED:
-        shutil.copytree(root / rel, slot / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        if (root / rel).is_file():
+            shutil.copy2(root / rel, slot / rel)
+        else:
+            shutil.copytree(root / rel, slot / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
 
 
 def _env(slot: Path) -> dict[str, str]:

@@ -14,6 +14,7 @@ import argparse
 import importlib.util
 import json
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,15 @@ def _fails_a_must(result: Result, kinds: dict[str, str]) -> bool:
     return result.level == "MUST" and kinds.get(result.requirement) == "backend" and result.outcome.failing
 
 
+def target_options(target: MutationTarget, root: Path) -> dict[str, Any] | None:
+    """The suite target's options: the target's own, with what the backend declares in its capabilities file
+    (``capabilities`` and ``options_factory``, as ``certify --capabilities-file`` reads them)."""
+    declared = tomllib.loads((root / target.capabilities_file).read_text()) if target.capabilities_file else {}
+    return {**target.options, **declared} or None
+
+
 def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: float,
-                 only: tuple[str, ...] = ()) -> dict[str, Any]:
+                 only: tuple[str, ...] = (), root: Path | None = None) -> dict[str, Any]:
     """Run the suite (``only`` these requirements, if given) on ``target`` until its first failing backend
     MUST; the verdict and that case."""
     if target.import_module:
@@ -53,7 +61,7 @@ def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: floa
     catalog = Selection(ids=only).pick(load_bound_catalog())
     kinds = {r.id: r.kind for r in catalog}
     expectations = load_target_expectations(target.suite_target)
-    options = target.options or None
+    options = target_options(target, root or Path.cwd())
     results: list[Result] = []
     pools = PoolSet()
     try:
@@ -91,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"verdict": "not-the-tree", "imported_from": elsewhere}))
         return NOT_THE_TREE
     only = tuple(r.strip() for r in args.requirement.split(",") if r.strip())
-    outcome = judge_target(target, args.world_sizes, args.timeout, only)
+    outcome = judge_target(target, args.world_sizes, args.timeout, only, Path.cwd())
     print(json.dumps(outcome), flush=True)
     return 0 if outcome["verdict"] in (Verdict.CONFORMANT, Verdict.CONFORMANT_WITH_WAIVERS) else 1
 

@@ -16,15 +16,17 @@ class MutationTarget:
     options: dict[str, Any] = field(default_factory=dict)
     import_module: str = ""  # the vendor module certify imports first (a mutant that breaks it is killed)
     command: str = ""  # the user-facing command whose verdict the judge reproduces
+    capabilities_file: str = ""  # what the backend declares (certify --capabilities-file), relative to the root
 
 
 TARGETS = {
     "simulator": MutationTarget("simulator", "simulator", "sim",
                                 command="python -m conformance run --target sim --world-sizes 2,4"),
-    # cli.cmd_certify's options for `certify --backend toyccl --device cpu --import toyccl` (no declared capabilities)
+    # cli.cmd_certify's options for toyccl's documented certification (examples/toyccl/README.md): what it
+    # declares is verified, so the checks needing options, hints, split, tags and any-source run
     "toyccl": MutationTarget("toyccl", "examples/toyccl/toyccl", "vendor",
-                             options={"backend": "toyccl", "device": "cpu", "module": "toyccl", "package": None,
-                                      "capabilities": []},
-                             import_module="toyccl",
-                             command="python -m conformance certify --backend toyccl --device cpu --import toyccl"),
+                             options={"backend": "toyccl", "device": "cpu", "module": "toyccl", "package": None},
+                             import_module="toyccl", capabilities_file="examples/toyccl/capabilities.toml",
+                             command="python -m conformance certify --backend toyccl --device cpu --import toyccl "
+                                     "--capabilities-file examples/toyccl/capabilities.toml"),
 }
