@@ -47,9 +47,11 @@ def _pick(population: list[Mutant], args: argparse.Namespace, done: dict[str, An
 
 
 def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The target's run facts: ``defaults`` with the wall time and the runs recorded for the same sources."""
     old = json.loads(path.read_text()) if path.exists() else {}
-    return defaults | {"wall_seconds": old.get("wall_seconds", 0.0) if old.get("digest") == defaults["digest"]
-                       else 0.0}
+    same = old.get("digest") == defaults["digest"]
+    return defaults | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
+                       "runs": old.get("runs", []) if same else []}
 
 
 def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any) -> Any:
@@ -120,7 +122,11 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
             say(f"interrupted: {len(done)} mutants of {target.name} recorded in {rows_path}; run again to go on")
             return 3
         finally:
-            meta["wall_seconds"] = round(meta["wall_seconds"] + time.perf_counter() - started, 1)
+            took = round(time.perf_counter() - started, 1)
+            meta["wall_seconds"] = round(meta["wall_seconds"] + took, 1)
+            if todo:  # each invocation: how many it judged in how long (mutants per minute)
+                meta["runs"].append({"judged": len(todo), "wall_seconds": took, "jobs": args.jobs,
+                                     "requirement": args.requirement, "mutants_given": len(args.mutant)})
             atomic_write_text(meta_path, json.dumps(meta, indent=2))
     per_target: dict[str, dict[str, Any]] = {}
     for name, target in TARGETS.items():  # the report covers every target with results for its current sources
