@@ -66,6 +66,8 @@ def work_future(ctx: CheckContext) -> None:
         ctx.expect_equal(f"{op}: work.wait(timeout={ctx.timeout_s} s)", True,
                          work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
         ctx.expect_equal(f"{op}: work.is_completed() after wait()", True, work.is_completed())
+        ctx.expect_equal(f"{op}: work.wait(timeout) again, on the completed work", True,
+                         work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
         ctx.expect(mismatch(out, want, out.dtype) is None, f"{op}: output after wait()", want, out.tolist())
         value = future.wait()
         carried, listed = _future_tensor(value)
