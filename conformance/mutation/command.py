@@ -92,6 +92,9 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
     names = [t.strip() for t in args.target.split(",") if t.strip()]
     if not names or any(n not in TARGETS for n in names):
         raise ValueError(f"--target {args.target!r}: expected some of {sorted(TARGETS)}, comma-separated")
+    stray = [i for i in args.mutant if not any(i.startswith(TARGETS[n].source + "/") for n in names)]
+    if stray:
+        raise ValueError(f"--mutant {stray}: not a mutant of {', '.join(names)} (ids start with the mutated file)")
     judge_args = ["--timeout", str(args.timeout), "--world-sizes", ",".join(map(str, args.world_sizes)),
                   *(["--requirement", args.requirement] if args.requirement else [])]
     args.results_dir.mkdir(parents=True, exist_ok=True)
