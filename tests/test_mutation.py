@@ -129,7 +129,7 @@ def test_the_score_leaves_out_equivalent_and_incompetent_mutants() -> None:
         return {"mutant": {"id": mid}, "status": status, "seconds": 1.0}
 
     rows = [row("a", "killed"), row("b", "timeout"), row("c", "survived"), row("d", "survived"),
-            row("e", "incompetent"), row("f", "error")]
+            row("e", "incompetent"), row("f", "crashed")]
     triage = {"c": {"class": "equivalent", "why": "logging only"}, "d": {"class": "gap", "why": "no check"}}
     s = report.summarize(rows, triage)
     assert (s["judged"], s["equivalent"], s["gaps"], s["incompetent"]) == (5, 1, 1, 1)

@@ -41,8 +41,8 @@ from conformance.mutation.judge import NOT_THE_TREE
 from conformance.mutation.targets import MutationTarget
 
 COPIED = ("conformance", "simulator", "examples/toyccl/toyccl", "examples/toyccl/capabilities.toml")  # judge's
-KILLED, SURVIVED, TIMEOUT, ERROR, INCOMPETENT = "killed", "survived", "timeout", "error", "incompetent"
-CAUGHT = (KILLED, TIMEOUT, ERROR)  # non-conformant, or the command timed out or crashed
+KILLED, SURVIVED, TIMEOUT, CRASHED, INCOMPETENT = "killed", "survived", "timeout", "crashed", "incompetent"
+CAUGHT = (KILLED, TIMEOUT, CRASHED)  # non-conformant, or the command timed out or crashed
 BASELINE_TIMEOUT_S = 600.0
 TERM_GRACE_S = 5.0  # a timed-out judge gets SIGTERM first (its pools clean up the ranks), SIGKILL after
 
@@ -62,7 +62,7 @@ class Mutant:
 
 @dataclass
 class Judged:
-    """A mutant's outcome: status (killed / survived / timeout / error), what caught it, the diff."""
+    """A mutant's outcome: status (killed / survived / timeout / crashed), what caught it, the diff."""
 
     mutant: Mutant
     status: str
@@ -274,7 +274,7 @@ def judge_mutant(slot: Path, mutant: Mutant, judge_args: list[str], timeout_s: f
         return Judged(mutant, SURVIVED, seconds, found.get("verdict", ""), diff=diff)
     if rc == 1 and found:
         return Judged(mutant, KILLED, seconds, found["verdict"], found.get("first_failure"), diff=diff)
-    return Judged(mutant, ERROR, seconds, f"judge exited {rc}", diff=diff, tail=err[-600:])
+    return Judged(mutant, CRASHED, seconds, f"judge exited {rc}", diff=diff, tail=err[-600:])
 
 
 @contextlib.contextmanager

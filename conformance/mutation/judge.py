@@ -21,6 +21,7 @@ from typing import Any
 from conformance import inputs
 from conformance.import_probe import probe_import
 from conformance.mutation.targets import TARGETS, MutationTarget
+from conformance.outcomes import Outcome
 from conformance.report import Result, compute_verdict
 from conformance.report.build import Verdict
 from conformance.runner.orchestrate import run_case
@@ -82,7 +83,7 @@ def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: floa
     return {"verdict": str(compute_verdict(results, interrupted=False)), "cases": len(results),
             "unjudged_musts": sorted({r.requirement for r in results
                                       if r.level == "MUST" and kinds[r.requirement] == "backend"
-                                      and not (r.outcome.failing or r.outcome.value == "pass")})}
+                                      and not (r.outcome.failing or r.outcome is Outcome.PASS)})}
 
 
 def main(argv: list[str] | None = None) -> int:
