@@ -88,7 +88,9 @@ def render(report: dict[str, Any]) -> str:
                      f"| {rate:.1f} |")
     lines += ["", "Killed: the verdict is non-conformant (a backend MUST failed or errored; a SHOULD finding does not "
               "count). Timeout: the judge outlived the per-mutant timeout and was killed. Crashed: the judge "
-              "crashed (the command would too).", ""]
+              "crashed (the command would too). Each mutant counts with its latest judgement: a survivor judged "
+              "again after the suite changed (`mutate --mutant ID`) replaces its earlier row; `runs` in "
+              "mutation.json lists every run.", ""]
     for name, t in report["targets"].items():
         lines += [f"## Surviving mutants of {name} (torch {t['torch']}, sources {t['digest']})", "",
                   "| mutant | change | triage | why |", "| --- | --- | --- | --- |"]
