@@ -314,6 +314,17 @@ def _capabilities_epilog() -> str:
     return "\n".join(lines)
 
 
+def cmd_mutate(args: argparse.Namespace) -> ExitCode:
+    """Mutation testing: judge generated mutants of the simulator and of toyccl (conformance.mutation)."""
+    from conformance.mutation.command import cmd_mutate as mutate
+
+    try:
+        return ExitCode(mutate(args, say=lambda text: console.print(text, markup=False, emoji=False, soft_wrap=True)))
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        return ExitCode.BAD_INPUT
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser."""
     parser = _Parser(prog="python -m conformance", description=__doc__)
@@ -367,6 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fidelity", help="run torch's own distributed tests on gloo and the simulator, side by side")
     fidelity_cli.add_arguments(p)
     p.set_defaults(fn=fidelity_cli.cmd_fidelity)
+    p = sub.add_parser("mutate", help="mutation testing: judge generated mutants of the simulator and of toyccl")
+    from conformance.mutation.command import add_arguments as mutate_arguments
+
+    mutate_arguments(p)
+    p.set_defaults(fn=cmd_mutate)
     return parser
 
 
@@ -376,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     Ctrl-C must not turn the exit status of a run that stopped cleanly into a death by signal."""
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    if args.command in ("run", "certify", "defects"):
+    if args.command in ("run", "certify", "defects", "mutate"):
         interrupts.install()  # SIGTERM stops a run as Ctrl-C does; a second signal never breaks the cleanup
     try:
         if args.command in ("run", "certify", "defects"):

@@ -4,6 +4,9 @@ Some requirements are decided by torch's own front end before any backend is rea
 string parsing, split_group filters, creator arguments, batch validation). No backend defect can
 show that their checks have teeth, so the defect matrix swaps in one of these defective versions
 for the duration of one check (``conformance.planted.task``), through a ``simulator.patches.Patches``.
+
+The last two patch the simulator's own classes instead, for API surfaces no simulator switch reaches (what
+destroying a group releases, the list form of gather); the mutation run found both unguarded.
 """
 
 from __future__ import annotations
@@ -76,6 +79,19 @@ def _mixed_types_swallowed(patches: Patches) -> None:
     patches.wrap(dist, "_coalescing_manager", make)
 
 
+def _destroy_keeps_comms(patches: Patches) -> None:
+    from simulator.backend import SimProcessGroup
+
+    patches.wrap(SimProcessGroup, "shutdown", lambda original: lambda self: None)
+
+
+def _gather_reversed(patches: Patches) -> None:
+    from simulator.collectives import ListCollectives
+
+    patches.wrap(ListCollectives, "gather",
+                 lambda original: lambda self, outputs, *args: original(self, outputs[::-1], *args))
+
+
 MUTANTS: dict[str, tuple[str, Callable[[Patches], None]]] = {
     "frontend_malformed_accepted": ("a malformed backend string silently falls back to cpu:gloo",
                                     _malformed_accepted),
@@ -85,4 +101,6 @@ MUTANTS: dict[str, tuple[str, Callable[[Patches], None]]] = {
     "frontend_empty_batch_accepted": ("batch_isend_irecv([]) returns [] instead of refusing", _empty_batch_accepted),
     "frontend_mixed_types_swallowed": ("a coalescing block of mixed op types is dropped without an error",
                                        _mixed_types_swallowed),
+    "destroy_keeps_comms": ("destroying a group leaves its communicators alive", _destroy_keeps_comms),
+    "gather_reversed": ("gather (list form) fills the root's list in reverse rank order", _gather_reversed),
 }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conformance.spec.datafile import SpecError, admits, entry_name, load_tables, version_range
 
-AREAS: tuple[str, ...] = ("qualification", "split", "hints", "p2p", "coalescing", "collectives")
+AREAS: tuple[str, ...] = ("qualification", "split", "hints", "p2p", "coalescing", "collectives", "api")
 SPEC_DIR = Path(__file__).parent
 
 

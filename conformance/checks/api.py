@@ -1,0 +1,256 @@
+"""Checks of the API surfaces around the data: Work objects and their futures, option values at the edge of
+their valid range, what a non-member of a split creates, destroy and re-init, and one-member groups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from conformance.checks.common import (
+    Findings,
+    default_mode,
+    expect_allreduce_members,
+    new_comms,
+    optional_case,
+    options_part,
+    positive_control,
+)
+from conformance.checks.hints import expect_options
+from conformance.checks.reference import mismatch
+from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import CheckFailed
+from conformance.targets.base import WorldSpec
+
+MAX_TAG = 2**31 - 1
+# torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
+# per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
+NO_OP = "No backend type associated with device type"  # torch's tag is a C int (ProcessGroup::send(..., int tag))
+
+
+def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
+    """(op, launch returning its Work, the output tensor, its exact expected value) for each async op."""
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    summed = torch.full((4,), float(r + 1), device=dev)
+    rooted = torch.full((3,), float(r + 1) * 10, device=dev)
+    gathered, mine = torch.zeros(2 * n, device=dev), torch.full((2,), float(r + 1), device=dev)
+    return [
+        ("all_reduce", lambda: dist.all_reduce(summed, async_op=True), summed, [float(n * (n + 1) // 2)] * 4),
+        (f"broadcast from {n - 1}", lambda: dist.broadcast(rooted, src=n - 1, async_op=True), rooted,
+         [float(n) * 10] * 3),
+        ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(gathered, mine, async_op=True), gathered,
+         [float(j // 2 + 1) for j in range(2 * n)]),
+    ]
+
+
+def _future_tensor(value: Any) -> tuple[torch.Tensor | None, bool]:
+    """The output tensor a future's value carries, and whether the value is torch's list-of-outputs form."""
+    if isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
+        return value[0], True
+    return (value, False) if isinstance(value, torch.Tensor) else (None, False)
+
+
+@check("API-WORK-FUTURE")
+def work_future(ctx: CheckContext) -> None:
+    """An async op's Work: wait(timeout) returns True, is_completed() is then True, get_future() carries the
+    op's exact output, and a callback chained on it runs once with that value."""
+    ctx.init_world(default_mode(ctx))
+    for op, launch, out, want in _async_cases(ctx):
+        work = launch()
+        future = work.get_future()
+        seen: list[Any] = []
+        chained = future.then(lambda f, seen=seen: seen.append(f.value()) or "ran")
+        ctx.expect_equal(f"{op}: work.wait(timeout={ctx.timeout_s} s)", True,
+                         work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
+        ctx.expect_equal(f"{op}: work.is_completed() after wait()", True, work.is_completed())
+        ctx.expect_equal(f"{op}: work.wait(timeout) again, on the completed work", True,
+                         work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
+        ctx.expect(mismatch(out, want, out.dtype) is None, f"{op}: output after wait()", want, out.tolist())
+        value = future.wait()
+        carried, listed = _future_tensor(value)
+        ctx.expect(carried is not None, f"{op}: get_future()'s value", "the output tensor (in a list)", value)
+        if not listed:  # DDP's comm hooks read value()[0]: a bare tensor gives them its first row
+            ctx.note(f"{op}: get_future() holds a bare {type(value).__name__}, not the list of outputs gloo and "
+                     "NCCL give")
+        ctx.expect(mismatch(carried, want, out.dtype) is None, f"{op}: the tensor get_future() carries", want,
+                   carried.tolist())
+        ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
+        ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
+
+
+@check("API-BOUNDARY-ACCEPTED")
+def boundary_accepted(ctx: CheckContext) -> None:
+    """Values at the edge of their valid range are accepted and work: P2P tags 0 and 2**31-1 between the
+    group's first and last rank and, with options, the smallest and largest cga_cluster_size and min_ctas
+    equal to max_ctas."""
+    ctx.init_world(default_mode(ctx))
+    n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    for tag in (0, MAX_TAG):
+        t = torch.full((3,), float(tag % 1000 + 1), device=ctx.device) if ctx.rank == first else \
+            torch.zeros(3, device=ctx.device)
+        if ctx.rank == first:
+            dist.send(t, dst=last, tag=tag)
+        elif ctx.rank == last:
+            dist.recv(t, src=first, tag=tag)
+            ctx.expect(mismatch(t, [float(tag % 1000 + 1)] * 3, t.dtype) is None,
+                       f"recv from rank {first} with tag {tag}", [float(tag % 1000 + 1)] * 3, t.tolist())
+    if "options" not in ctx.target.capabilities:
+        return
+    for fields in ({"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4}):
+        try:
+            edged = ctx.new_group(list(range(n)), pg_options=options_part(ctx).make(**fields))
+        except Exception as exc:  # noqa: BLE001 - any refusal of a valid value is the failure
+            raise CheckFailed(f"rank {ctx.rank}: new_group with options {fields}: expected acceptance, "
+                              f"observed {type(exc).__name__}: {exc}") from None
+        expect_allreduce_members(ctx, edged, list(range(n)), f"new_group with options {fields}")
+        expect_options(ctx, edged, f"new_group with options {fields}", fields)
+
+
+@check("API-NONMEMBER-CREATES-NOTHING")
+def nonmember_creates_nothing(ctx: CheckContext) -> None:
+    """A rank outside every group of a split, or outside a new_group, creates no communicator (the same rank
+    first shows, as a member of a split, that the probe sees one being made)."""
+    ctx.init_world("eager")
+    n = ctx.world_size
+    since = ctx.probe.mark()
+    dist.split_group(split_ranks=[list(range(n))])
+    positive_control(ctx, bool(new_comms(ctx, since)), "a communicator made by a split this rank is a member of")
+    for members in ([0], list(range(1, n))):
+        since = ctx.probe.mark()
+        child = dist.split_group(split_ranks=[members])
+        sub = ctx.new_group(members)
+        made = new_comms(ctx, since)
+        if ctx.rank in members:
+            expect_allreduce_members(ctx, child, members, f"split {members}")
+            expect_allreduce_members(ctx, sub, members, f"new_group {members}")
+        else:
+            ctx.expect(not made, f"communicators made on non-member rank {ctx.rank} by split_group and "
+                       f"new_group of {members}", "none", made)
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after the splits")
+
+
+@check("API-LIFECYCLE")
+def lifecycle(ctx: CheckContext) -> None:
+    """Destroying one subgroup leaves the world and another subgroup working; destroy_process_group() then
+    init again in the same process, on a new store, works (twice: a second cycle finds what the first left)."""
+    n, ranks = ctx.world_size, list(range(ctx.world_size))
+    for cycle in (1, 2, 3):
+        where = f"world #{cycle} of this process"
+        store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
+        ctx.target.init_world(store, ctx.rank, n, WorldSpec(mode=default_mode(ctx)), ctx.timeout_s)
+        expect_allreduce_members(ctx, dist.group.WORLD, ranks, where)
+        since = ctx.probe.mark()
+        doomed = ctx.new_group(ranks)
+        expect_allreduce_members(ctx, doomed, ranks, f"{where}: a subgroup before it is destroyed")
+        made = [e["comm"] for e in new_comms(ctx, since)]
+        since = ctx.probe.mark()
+        kept = ctx.new_group(ranks[::-1])
+        dist.destroy_process_group(doomed)
+        _expect_destroyed(ctx, made, since, f"{where}: destroy_process_group(subgroup)")
+        expect_allreduce_members(ctx, kept, ranks, f"{where}: a subgroup after another one was destroyed")
+        expect_allreduce_members(ctx, dist.group.WORLD, ranks, f"{where}: world after a subgroup was destroyed")
+        dist.barrier()
+        dist.destroy_process_group()
+        ctx.expect_equal(f"{where}: dist.is_initialized() after destroy_process_group()", False,
+                         dist.is_initialized())
+
+
+def _expect_destroyed(ctx: CheckContext, made: list[Any], since: int, what: str) -> None:
+    """Where the probe records both creation and destruction: every communicator made for a destroyed group
+    has been destroyed (its creation, seen by the probe, is the positive control)."""
+    if not {"comm_created", "comm_destroyed"} <= ctx.probe.observes:
+        return
+    positive_control(ctx, bool(made), "the destroyed subgroup's communicator being made")
+    gone = {e["comm"] for e in ctx.probe.events("comm_destroyed", since)}
+    ctx.expect(set(made) <= gone, f"{what}: communicators of the group destroyed", made, sorted(gone))
+
+
+@check("API-SINGLETON-GROUP")
+def singleton_group(ctx: CheckContext) -> None:
+    """Every rank alone in a group (new_group([r]) for each r): each collective is the identity there."""
+    ctx.init_world(default_mode(ctx))
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    groups = [ctx.new_group([q]) for q in range(n)]
+    alone = groups[r]
+    mine = [float(r * 10 + i + 1) for i in range(4)]
+
+    def t() -> torch.Tensor:
+        return torch.tensor(mine, device=dev)
+
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+        x = t()
+        dist.all_reduce(x, op=op, group=alone)
+        ctx.expect(mismatch(x, mine, x.dtype) is None, f"all_reduce {op} on new_group([{r}])", mine, x.tolist())
+    cases: dict[str, Callable[[], torch.Tensor]] = {
+        "broadcast": lambda: _ran(dist.broadcast, (x := t()), x, group_src=0, group=alone),
+        "reduce": lambda: _ran(dist.reduce, (x := t()), x, dst=r, group=alone),
+        "all_gather_into_tensor": lambda: _ran(dist.all_gather_into_tensor, (x := torch.zeros(4, device=dev)), x,
+                                               t(), group=alone),
+        "reduce_scatter_tensor": lambda: _ran(dist.reduce_scatter_tensor, (x := torch.zeros(4, device=dev)), x,
+                                              t(), group=alone),
+        "all_to_all_single": lambda: _ran(dist.all_to_all_single, (x := torch.zeros(4, device=dev)), x, t(),
+                                          group=alone),
+    }
+    for op, run in cases.items():
+        got = run()
+        ctx.expect(mismatch(got, mine, got.dtype) is None, f"{op} on new_group([{r}])", mine, got.tolist())
+    dist.barrier(group=alone)
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after the one-member groups")
+
+
+def _ran(fn: Callable[..., Any], result: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """Call ``fn(*args, **kwargs)`` and return ``result`` (the tensor it writes)."""
+    fn(*args, **kwargs)
+    return result
+
+
+@check("API-LIST-COLLECTIVES")
+def list_collectives(ctx: CheckContext) -> None:
+    """The list forms no other check calls: gather and scatter from every root, all_to_all with uneven
+    shapes, all_gather and all_gather_coalesced, each exact in group-rank order or refused naming the op."""
+    ctx.init_world(default_mode(ctx))
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    found = Findings(ctx)  # every rank issues every collective, whatever it found
+
+    def block(src: int, dst: int) -> list[float]:  # what src sends to dst: dst + 1 elements, unique values
+        return [float(src * 100 + dst * 10 + i) for i in range(dst + 1)]
+
+    def declined(*ops: str) -> tuple[str, ...]:  # a refusal names the op; torch's own error for a Python
+        return (*ops, NO_OP)  # ProcessGroup that lacks the op names the device instead (noted in the report)
+
+    for root in range(n):
+        got = [torch.zeros(3, device=dev) for _ in range(n)] if r == root else None
+        if optional_case(ctx, f"gather to root {root}", lambda got=got, root=root: dist.gather(
+                torch.tensor(block(r, 2), device=dev), gather_list=got, dst=root), declined("gather")) and got:
+            for j, t in enumerate(got):
+                found.case(_exact, ctx, t, block(j, 2), f"gather to root {root}: block from rank {j}")
+        out = torch.zeros(3, device=dev)  # gloo scatters equal sizes only
+        sent = [torch.tensor(block(root, j)[:1] * 3, device=dev) for j in range(n)] if r == root else None
+        if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
+                out, scatter_list=sent, src=root), declined("scatter")):
+            found.case(_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
+    outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
+    ins = [torch.tensor(block(r, j), device=dev) for j in range(n)]
+    if optional_case(ctx, "all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins),
+                     declined("alltoall", "all_to_all")):
+        for j, t in enumerate(outs):
+            found.case(_exact, ctx, t, block(j, r), f"all_to_all: block from rank {j}")
+    gathered = [torch.zeros(2, device=dev) for _ in range(n)]
+    dist.all_gather(gathered, torch.tensor(block(r, 1), device=dev))
+    for j, t in enumerate(gathered):
+        found.case(_exact, ctx, t, block(j, 1), f"all_gather: tensor from rank {j}")
+    lists = [[torch.zeros(1, device=dev), torch.zeros(2, device=dev)] for _ in range(n)]
+    if optional_case(ctx, "all_gather_coalesced", lambda: dist.all_gather_coalesced(
+            lists, [torch.tensor(block(r, 0), device=dev), torch.tensor(block(r, 1), device=dev)]),
+            declined("allgather_coalesced", "all_gather_coalesced")):
+        for j, pair in enumerate(lists):
+            for k, t in enumerate(pair):
+                found.case(_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
+    found.conclude()
+
+
+def _exact(ctx: CheckContext, got: torch.Tensor, want: list[float], what: str) -> None:
+    ctx.expect(mismatch(got, want, got.dtype) is None, what, want, got.tolist())

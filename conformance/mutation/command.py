@@ -1,0 +1,148 @@
+"""``python -m conformance mutate``: sample mutants, judge them, append to the results, rewrite the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from conformance import inputs, interrupts
+
+if TYPE_CHECKING:
+    from conformance.mutation.harness import Mutant
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The subcommand's options."""
+    p.add_argument("--target", default="simulator,toyccl", help="simulator, toyccl, or both (comma-separated)")
+    p.add_argument("--sample", type=int, default=None, help="judge a seeded sample of N mutants per target")
+    p.add_argument("--seed", type=int, default=0, help="the sample's seed")
+    p.add_argument("--mutant", action="append", default=[], metavar="ID",
+                   help="judge this mutant (path:line:col:operator, as in the report), again if recorded")
+    p.add_argument("--jobs", type=int, default=2, help="mutants judged at once (each a copy of the tree)")
+    p.add_argument("--mutant-timeout", type=float, default=150.0,
+                   help="seconds a judge may run; one that runs longer is killed and counts as caught by timeout")
+    p.add_argument("--timeout", type=inputs.timeout, default=8.0, help="per-check timeout inside the judge")
+    p.add_argument("--world-sizes", type=inputs.world_sizes, default=[2, 4])
+    p.add_argument("--requirement", default="",
+                   help="judge with only these requirements (comma-separated): which of them kill a mutant")
+    p.add_argument("--results-dir", type=Path, default=Path("reports/mutation"),
+                   help="<target>.jsonl (one line per judged mutant) and <target>.meta.json; reused when the "
+                        "sources are unchanged, so a sample can grow run by run")
+    p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where mutation.json and .md go")
+
+
+def _pick(population: list[Mutant], args: argparse.Namespace, done: dict[str, Any]) -> list[Mutant]:
+    from conformance.mutation.harness import sample
+
+    by_id = {m.id: m for m in population}
+    named = [by_id[i] for i in args.mutant if i in by_id]
+    if not args.mutant or args.sample is not None:
+        named += [m for m in sample(population, args.sample, args.seed) if m.id not in done]
+    return list({m.id: m for m in named}.values())
+
+
+def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The target's run facts: ``defaults`` with the wall time and the runs recorded for the same sources."""
+    old = json.loads(path.read_text()) if path.exists() else {}
+    same = old.get("digest") == defaults["digest"]
+    return defaults | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
+                       "runs": old.get("runs", []) if same else []}
+
+
+def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any) -> Any:
+    """What to do with each judged mutant: append it to the results file, record it, say it."""
+    from conformance.mutation.harness import CAUGHT, Judged
+
+    count = [0]
+
+    def record(j: Judged) -> None:
+        count[0] += 1
+        row = j.to_json() | {"digest": digest}
+        with rows_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        done[j.mutant.id] = row
+        by = j.caught_by or {}
+        say(f"[{count[0]:>3}/{total}] {j.status:<8} {j.seconds:>6.1f}s {j.mutant.id}"
+            + (f"  <- {by.get('requirement', '')} ws={by.get('world_size', '')}" if j.status in CAUGHT else ""))
+
+    return record
+
+
+def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
+    """Judge the chosen mutants of each target; exit 0 when every judged survivor is triaged equivalent."""
+    import torch  # here, not at the top: building the CLI's parser must not load cosmic-ray's plugins
+
+    from conformance.mutation import report
+    from conformance.mutation.harness import (
+        Mutant,
+        enumerate_mutants,
+        load_results,
+        rule_equivalent,
+        run_mutants,
+        source_digest,
+    )
+    from conformance.mutation.targets import TARGETS
+    from conformance.report.write import atomic_write_text
+
+    names = [t.strip() for t in args.target.split(",") if t.strip()]
+    if not names or any(n not in TARGETS for n in names):
+        raise ValueError(f"--target {args.target!r}: expected some of {sorted(TARGETS)}, comma-separated")
+    stray = [i for i in args.mutant if not any(i.startswith(TARGETS[n].source + "/") for n in names)]
+    if stray:
+        raise ValueError(f"--mutant {stray}: not a mutant of {', '.join(names)} (ids start with the mutated file)")
+    judge_args = ["--timeout", str(args.timeout), "--world-sizes", ",".join(map(str, args.world_sizes)),
+                  *(["--requirement", args.requirement] if args.requirement else [])]
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    for target in (TARGETS[n] for n in names):
+        digest = source_digest(ROOT, target)
+        population = enumerate_mutants(ROOT, target)
+        ids = {m.id for m in population}
+        unknown = [i for i in args.mutant if i.startswith(target.source + "/") and i not in ids]
+        if unknown:
+            raise ValueError(f"no such mutant of {target.name}: {unknown}")
+        rows_path = args.results_dir / f"{target.name}.jsonl"
+        meta_path = args.results_dir / f"{target.name}.meta.json"
+        done = load_results(rows_path, digest)
+        todo = [m for m in _pick(population, args, done) if m.target == target.name]
+        meta = _meta(meta_path, {"population": len(population), "seed": args.seed, "digest": digest,
+                                 "torch": torch.__version__, "command": target.command, "jobs": args.jobs,
+                                 "judge_args": judge_args, "mutant_timeout_s": args.mutant_timeout})
+        say(f"{target.name}: {len(population)} mutants; judging {len(todo)} ({len(done)} recorded) "
+            f"on {args.jobs} slots")
+        started = time.perf_counter()
+        try:
+            if todo:
+                record = _recorder(rows_path, digest, done, len(todo), say)
+                with interrupts.raising():
+                    meta["baseline_seconds"] = round(run_mutants(ROOT, todo, args.jobs, judge_args,
+                                                                 args.mutant_timeout, record), 1)
+        except KeyboardInterrupt:
+            say(f"interrupted: {len(done)} mutants of {target.name} recorded in {rows_path}; run again to go on")
+            return 3
+        finally:
+            took = round(time.perf_counter() - started, 1)
+            meta["wall_seconds"] = round(meta["wall_seconds"] + took, 1)
+            if todo:  # each invocation: how many it judged in how long (mutants per minute)
+                meta["runs"].append({"judged": len(todo), "wall_seconds": took, "jobs": args.jobs,
+                                     "requirement": args.requirement, "mutants_given": len(args.mutant)})
+            atomic_write_text(meta_path, json.dumps(meta, indent=2))
+    per_target: dict[str, dict[str, Any]] = {}
+    for name, target in TARGETS.items():  # the report covers every target with results for its current sources
+        meta_path = args.results_dir / f"{name}.meta.json"
+        rows = load_results(args.results_dir / f"{name}.jsonl", source_digest(ROOT, target))
+        if meta_path.exists() and rows:
+            per_target[name] = json.loads(meta_path.read_text()) | {"rows": list(rows.values())}
+    judged = [Mutant(**r["mutant"]) for run in per_target.values() for r in run["rows"]]
+    built = report.build(per_target, rule_equivalent(ROOT, judged) | report.load_triage())
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.report_dir / "mutation.json", json.dumps(built, indent=2, sort_keys=True))
+    atomic_write_text(args.report_dir / "mutation.md", report.render(built))
+    c = built["combined"]
+    say(f"score over non-equivalent mutants {c['score']:.1%} ({c['judged']} judged, {c['survived']} survived, "
+        f"{c['equivalent']} equivalent, {c['untriaged']} untriaged)")
+    return 0 if c["gaps"] == 0 else 1

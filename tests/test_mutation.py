@@ -1,0 +1,136 @@
+"""The mutation harness (``python -m conformance mutate``): fixed mutants known to be killed are killed, a
+known-equivalent one survives, a judge past its timeout dies with its process group, and the judge refuses to
+judge code that is not the copy's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance.mutation import harness, report
+from conformance.mutation.command import ROOT, add_arguments, cmd_mutate
+from conformance.mutation.targets import TARGETS
+
+KILLED = {  # mutant -> the requirement whose MUST fails first on it (judged at world size 2)
+    "simulator/reduction.py:94:23:ReplaceUnaryOperator_Delete_Not": "COAL-SYNC-RESULTS",  # AVG never divided
+    "examples/toyccl/toyccl/backend.py:42:57:ReplaceBinaryOperator_Div_Mul": "COAL-SYNC-RESULTS",  # AVG * n
+}
+# the refusal's range text only ("valid group ranks are 0..{size - 1}"): SPLIT-VALIDATION runs that refusal and
+# rightly does not care
+EQUIVALENT = "simulator/backend.py:260:79:ReplaceBinaryOperator_Sub_BitAnd"
+JUDGED_BY = "SPLIT-VALIDATION,COAL-SYNC-RESULTS,COLL-ALLREDUCE-OPS"  # a few requirements keep the test short
+
+
+def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(["--results-dir", str(tmp_path / "results"), "--report-dir", str(tmp_path), *extra])
+
+
+@pytest.mark.slow
+def test_fixed_mutants_are_killed_and_an_equivalent_one_survives(tmp_path: Path) -> None:
+    ids = [*KILLED, EQUIVALENT]
+    args = _args(tmp_path, "--target", "simulator,toyccl", "--world-sizes", "2", "--jobs", "2",
+                 "--requirement", JUDGED_BY,
+                 *(a for i in ids for a in ("--mutant", i)))
+    said: list[str] = []
+    cmd_mutate(args, say=said.append)
+    built = json.loads((tmp_path / "mutation.json").read_text())
+    caught = {**built["targets"]["simulator"]["caught"], **built["targets"]["toyccl"]["caught"]}
+    for mid, requirement in KILLED.items():
+        assert caught.get(mid, {}).get("status") == "killed", (mid, said)
+        assert caught[mid]["caught_by"]["requirement"] == requirement, caught[mid]
+    survivors = [r["mutant"]["id"] for r in built["targets"]["simulator"]["survivors"]]
+    assert survivors == [EQUIVALENT], said
+    assert (tmp_path / "mutation.md").read_text().count(EQUIVALENT) == 1
+
+
+def test_enumeration_skips_annotations_and_defect_switch_branches() -> None:
+    source = textwrap.dedent('''
+        from __future__ import annotations
+        def f(x: int | None, defects) -> int:
+            if x > 1 and defects.on("d"):
+                return x + 1
+            if not defects.on("e"):
+                return x - 1
+            return x * 2 if defects.on("f") else x
+    ''')
+    skipped = harness.annotation_spans(source) + harness.defect_branch_spans(source)
+    inside = {pos for pos in [(3, 10), (3, 34), (5, 15), (7, 15), (8, 15), (8, 33)]
+              if any(a <= pos < b for a, b in skipped)}
+    # the annotations, the body of the switch's if and the switch's arm of the conditional; not the body of
+    # `if not defects.on(...)` (it runs with every switch off), nor the test, nor the other arm
+    assert inside == {(3, 10), (3, 34), (5, 15), (8, 15)}
+
+
+def test_mutant_ids_are_unique_and_stable() -> None:
+    first = harness.enumerate_mutants(ROOT, TARGETS["toyccl"])
+    again = harness.enumerate_mutants(ROOT, TARGETS["toyccl"])
+    assert [m.id for m in first] == [m.id for m in again]
+    assert len({m.id for m in first}) == len(first) > 100
+    assert all(m.path.startswith("examples/toyccl/toyccl/") for m in first)
+
+
+def test_a_mutant_that_does_not_compile_is_not_judged() -> None:
+    mutant = next(m for m in harness.enumerate_mutants(ROOT, TARGETS["toyccl"])
+                  if "ReplaceBinaryOperator_Mul_Pow" in m.id and _is_star_marker(m))
+    with harness.slots(ROOT, 1) as free:
+        judged = harness.judge_mutant(free.get(), mutant, [], timeout_s=1.0)
+    assert judged.status == harness.INCOMPETENT and judged.seconds == 0.0
+
+
+def _is_star_marker(m: harness.Mutant) -> bool:
+    line = (ROOT / m.path).read_text().splitlines()[m.line - 1]
+    return line[m.col:m.col + 3] == "*, "
+
+
+def test_a_judge_past_its_timeout_is_killed_with_its_process_group(tmp_path: Path) -> None:
+    slot = tmp_path / "slot"
+    (slot / "conformance/mutation").mkdir(parents=True)
+    (slot / "conformance/__init__.py").write_text("")
+    (slot / "conformance/mutation/__init__.py").write_text("")
+    pid_file = tmp_path / "child.pid"
+    (slot / "conformance/mutation/judge.py").write_text(textwrap.dedent(f'''
+        import subprocess, time
+        child = subprocess.Popen(["sleep", "60"])  # stands for a rank process the judge forked
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        time.sleep(60)
+    '''))
+    started = time.monotonic()
+    rc, _, _ = harness.run_judge(slot, "simulator", [], timeout_s=1.5)
+    assert rc is None and time.monotonic() - started < harness.TERM_GRACE_S + 5
+    child = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):  # reaped by init once its parent is gone
+            os.kill(child, 0)
+            time.sleep(0.1)
+
+
+def test_the_judge_refuses_code_that_is_not_the_trees_own() -> None:
+    # in the repository root toyccl is the installed copy, not examples/toyccl/toyccl: judging it would
+    # judge no mutant
+    proc = subprocess.run([sys.executable, "-m", "conformance.mutation.judge", "toyccl"], cwd=ROOT, check=False,
+                          capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert "site-packages" in json.loads(proc.stdout)["imported_from"]
+
+
+def test_the_score_leaves_out_equivalent_and_incompetent_mutants() -> None:
+    def row(mid: str, status: str) -> dict:
+        return {"mutant": {"id": mid}, "status": status, "seconds": 1.0}
+
+    rows = [row("a", "killed"), row("b", "timeout"), row("c", "survived"), row("d", "survived"),
+            row("e", "incompetent"), row("f", "crashed")]
+    triage = {"c": {"class": "equivalent", "why": "logging only"}, "d": {"class": "gap", "why": "no check"}}
+    s = report.summarize(rows, triage)
+    assert (s["judged"], s["equivalent"], s["gaps"], s["incompetent"]) == (5, 1, 1, 1)
+    assert s["score"] == 0.75 and s["raw_score"] == 0.6
