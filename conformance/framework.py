@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from conformance.outcomes import Outcome
 from conformance.report import RankOutcome, Result, write_report
-from conformance.report.build import build_report
+from conformance.report.build import build_report, now_iso
 from conformance.report.details import distinct_details, merge_details
 from conformance.report.environment import collect_environment
 from conformance.runner.forked import fork_and_collect
@@ -305,13 +305,14 @@ def cmd_framework(args: argparse.Namespace) -> int:
     from conformance.session import statements
 
     try:
+        started = now_iso()
         results = run(args.builder, args.world_size, args.kwargs, args.timeout, args.stack)
     except ValueError as exc:
         print(f"error: {exc}")
         return ExitCode.BAD_INPUT
     target = f"framework-{args.builder}"
     extra = {"builder": args.builder, "kwargs": args.kwargs, "stack": args.stack or default_stack()}
-    report = build_report(target, results, collect_environment(extra))
+    report = build_report(target, results, collect_environment(extra), started=started)
     json_path, md_path = write_report(report, args.report_dir, statements())
     for r in results:
         print(f"{r.requirement:<26} {r.outcome:<6} {r.detail[:200]}")
