@@ -90,11 +90,17 @@ def _qualified(backend: str | None, devices: set[str]) -> str | None:
     """None if the filter is absent or device-qualified over `devices`, else why not."""
     if backend is None:
         return None
-    bad = [token for token in backend.split(",") if ":" not in token or token.split(":")[0].strip() not in devices]
-    if bad:
-        return (f"backend filter {backend!r}: {bad} not of the form <device>:<backend> over the parent's devices "
-                f"{sorted(devices)}")
-    return None
+    tokens = [token.strip() for token in backend.split(",")]
+    bad = [token for token in tokens if ":" not in token or token.split(":")[0].strip() not in devices]
+    if not bad:
+        return None
+    problem = (f"backend filter {backend!r}: {bad} not of the form <device>:<backend> over the parent's devices "
+               f"{sorted(devices)}")
+    if len(devices) == 1 and all(":" not in token for token in bad):  # bare names on a one-device parent
+        fixed = ",".join(token if ":" in token else f"{next(iter(devices))}:{token}" for token in tokens)
+        problem += (f"; a bare name leaves torch to guess the device, the finding Megatron-LM PR 5385 fixes with "
+                    f"device-qualified filters: pass backend={fixed!r}")
+    return problem
 
 
 def observe(call: dict[str, Any], rank: int, world: Any) -> dict[str, Any]:

@@ -48,6 +48,7 @@ def test_bare_filter_fails_naming_it() -> None:
     got = outcomes(framework.run(f"{BUILDERS}:bare_filter", 4, {}))
     outcome, detail = got["QUAL-SUBGROUP-FILTER"]
     assert outcome == "fail" and "backend filter 'sim'" in detail and "<device>:<backend>" in detail, detail
+    assert "Megatron-LM PR 5385" in detail and "pass backend='cpu:sim'" in detail, detail
 
 
 @pytest.mark.parametrize(("defect", "builder", "requirement", "needle"), [
