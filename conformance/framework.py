@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from conformance.outcomes import Outcome
 from conformance.report import RankOutcome, Result, write_report
-from conformance.report.build import build_report
+from conformance.report.build import build_report, now_iso
 from conformance.report.details import distinct_details, merge_details
 from conformance.report.environment import collect_environment
 from conformance.runner.forked import fork_and_collect
@@ -90,11 +90,17 @@ def _qualified(backend: str | None, devices: set[str]) -> str | None:
     """None if the filter is absent or device-qualified over `devices`, else why not."""
     if backend is None:
         return None
-    bad = [token for token in backend.split(",") if ":" not in token or token.split(":")[0].strip() not in devices]
-    if bad:
-        return (f"backend filter {backend!r}: {bad} not of the form <device>:<backend> over the parent's devices "
-                f"{sorted(devices)}")
-    return None
+    tokens = [token.strip() for token in backend.split(",")]
+    bad = [token for token in tokens if ":" not in token or token.split(":")[0].strip() not in devices]
+    if not bad:
+        return None
+    problem = (f"backend filter {backend!r}: {bad} not of the form <device>:<backend> over the parent's devices "
+               f"{sorted(devices)}")
+    if len(devices) == 1 and all(":" not in token for token in bad):  # bare names on a one-device parent
+        fixed = ",".join(token if ":" in token else f"{next(iter(devices))}:{token}" for token in tokens)
+        problem += (f"; a bare name leaves torch to guess the device, the finding Megatron-LM PR 5385 fixes with "
+                    f"device-qualified filters: pass backend={fixed!r}")
+    return problem
 
 
 def observe(call: dict[str, Any], rank: int, world: Any) -> dict[str, Any]:
@@ -305,13 +311,14 @@ def cmd_framework(args: argparse.Namespace) -> int:
     from conformance.session import statements
 
     try:
+        started = now_iso()
         results = run(args.builder, args.world_size, args.kwargs, args.timeout, args.stack)
     except ValueError as exc:
         print(f"error: {exc}")
         return ExitCode.BAD_INPUT
     target = f"framework-{args.builder}"
     extra = {"builder": args.builder, "kwargs": args.kwargs, "stack": args.stack or default_stack()}
-    report = build_report(target, results, collect_environment(extra))
+    report = build_report(target, results, collect_environment(extra), started=started)
     json_path, md_path = write_report(report, args.report_dir, statements())
     for r in results:
         print(f"{r.requirement:<26} {r.outcome:<6} {r.detail[:200]}")

@@ -5,6 +5,7 @@ options that arrive; each judgement shown to fail on a flawed builder or a plant
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -47,6 +48,7 @@ def test_bare_filter_fails_naming_it() -> None:
     got = outcomes(framework.run(f"{BUILDERS}:bare_filter", 4, {}))
     outcome, detail = got["QUAL-SUBGROUP-FILTER"]
     assert outcome == "fail" and "backend filter 'sim'" in detail and "<device>:<backend>" in detail, detail
+    assert "Megatron-LM PR 5385" in detail and "pass backend='cpu:sim'" in detail, detail
 
 
 @pytest.mark.parametrize(("defect", "builder", "requirement", "needle"), [
@@ -60,6 +62,22 @@ def test_planted_defects_fail_their_judgement(monkeypatch: pytest.MonkeyPatch, d
     outcome, detail = outcomes(framework.run(f"{BUILDERS}:{builder}", 4, {}, timeout_s=20,
                                              stack="torchcomms"))[requirement]
     assert outcome == "fail" and needle in detail, detail
+
+
+def test_the_report_says_when_the_run_started(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'started' is taken before the builder runs (it equalled 'finished'): a run made to last over a second
+    boundary shows two different times."""
+    run = framework.run
+
+    def slow_run(*args, **kwargs):
+        time.sleep(1.1)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(framework, "run", slow_run)
+    assert main(["framework", "--builder", f"{BUILDERS}:with_options", "--world-size", "2", "--kwargs",
+                 json.dumps({"tp": 2}), "--report-dir", str(tmp_path), "--stack", "torchcomms"]) == 0
+    report = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert report["started"] < report["finished"], (report["started"], report["finished"])
 
 
 def test_cli_writes_a_report(tmp_path) -> None:
