@@ -104,6 +104,10 @@ BACKEND = textwrap.dedent('''
 ''')
 # gloo's own defects, which the wrapper inherits (conformance/expectations/gloo.toml waives them for gloo).
 INHERITED = {"P2P-MISMATCH", "COLL-NONCONTIGUOUS"}
+# gloo's on some versions only (waived for torch 2.13: the async all_gather_into_tensor future holds the input)
+INHERITED_SOMETIMES = {"API-WORK-FUTURE"}
+# and one contract it breaks itself: no group_name, so its subgroups cannot be destroyed
+OWN = {"API-LIFECYCLE"}
 
 
 def _suite_frames(rank: dict) -> list[str]:
@@ -127,12 +131,17 @@ def test_a_from_scratch_backend_gets_no_error_from_the_suite(tmp_path: Path) -> 
     suite = {r["requirement"]: frame for r in results if r["outcome"] == "error"
              for rank in r["ranks"] for frame in _suite_frames(rank)}
     assert not suite, suite
-    assert not [r for r in results if "ProcessGroup name not set" in r["detail"]]
+    # torch destroys a subgroup by its group_name, which this backend (like most Python ones) does not override:
+    # that is named as the backend's contract in the one requirement that destroys a subgroup, nowhere else
+    unnamed = {r["requirement"]: r["detail"] for r in results if "ProcessGroup name not set" in r["detail"]}
+    assert set(unnamed) == {"API-LIFECYCLE"}, unnamed
+    assert "override group_name" in unnamed["API-LIFECYCLE"], unnamed
     # the backend's MUST failures are exactly the gloo defects it inherits, named in the summary
     failing = {r["requirement"] for r in results if r["outcome"] in ("fail", "error") and r["level"] == "MUST"}
     kinds = {s["requirement"]: s["kind"] for s in report["summary"]["should_failures"]}
     assert proc.returncode == 1 and report["verdict"] == "non-conformant"
-    assert failing - {r for r, k in kinds.items() if k == "frontend"} == INHERITED, failing
+    backend_failing = failing - {r for r, k in kinds.items() if k == "frontend"}
+    assert INHERITED | OWN <= backend_failing <= INHERITED | OWN | INHERITED_SOMETIMES, failing
     # both lazy-P2P requirements are unjudged for the same reason: no probe of its communicators
     unjudged = {u["requirement"]: u for u in report["summary"]["judged"]["unjudged"]}
     for rid in ("P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE"):

@@ -20,12 +20,12 @@ from conformance.mutation.command import ROOT, add_arguments, cmd_mutate
 from conformance.mutation.targets import TARGETS
 
 KILLED = {  # mutant -> the requirement whose MUST fails first on it (judged at world size 2)
-    "simulator/reduction.py:94:23:ReplaceUnaryOperator_Delete_Not": "COAL-SYNC-RESULTS",  # AVG never divided
+    "simulator/reduction.py:77:11:AddNot": "SPLIT-VALIDATION",  # AVG never divided, SUM divided (its world sum)
     "examples/toyccl/toyccl/backend.py:42:57:ReplaceBinaryOperator_Div_Mul": "COAL-SYNC-RESULTS",  # AVG * n
 }
 # the refusal's range text only ("valid group ranks are 0..{size - 1}"): SPLIT-VALIDATION runs that refusal and
 # rightly does not care
-EQUIVALENT = "simulator/backend.py:260:79:ReplaceBinaryOperator_Sub_BitAnd"
+EQUIVALENT = "simulator/backend.py:297:75:ReplaceBinaryOperator_Sub_BitAnd"
 JUDGED_BY = "SPLIT-VALIDATION,COAL-SYNC-RESULTS,COLL-ALLREDUCE-OPS"  # a few requirements keep the test short
 
 
