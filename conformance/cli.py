@@ -7,8 +7,9 @@ import shlex
 import sys
 import textwrap
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -39,20 +40,25 @@ SYMBOLS = {Outcome.PASS: "[green]pass[/]", Outcome.FAIL: "[red]FAIL[/]", Outcome
 
 
 console = Console(stderr=True, highlight=False)
+T = TypeVar("T")
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        return inputs.world_sizes(text)
-    except inputs.InputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse ``type`` from an ``inputs`` parser: its InputError becomes argparse's one-line refusal."""
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except inputs.InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
 
 
-def _timeout(text: str) -> float:
-    try:
-        return inputs.timeout(text)
-    except inputs.InputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+_sizes = _argument(inputs.world_sizes)
+_timeout = _argument(inputs.timeout)
+_seed = _argument(inputs.seed)
+_budget = _argument(inputs.budget)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,20 +96,6 @@ def _progress(total: int) -> Any:
 def _add_stack_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", choices=list(STACKS), default="",
                    help="the NCCL stack the simulator models (default: what this torch's 'nccl' means)")
-
-
-def _seed(text: str) -> int:
-    try:
-        return inputs.seed(text)
-    except inputs.InputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _budget(text: str) -> int:
-    try:
-        return inputs.budget(text)
-    except inputs.InputError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_generation_args(p: argparse.ArgumentParser) -> None:
