@@ -45,7 +45,7 @@ def test_a_gloo_group_is_judged_by_the_binding_it_shows_not_failed_for_lacking_a
 
 
 def test_bare_filter_fails_naming_it() -> None:
-    got = outcomes(framework.run(f"{BUILDERS}:bare_filter", 4, {}))
+    got = outcomes(framework.run(f"{BUILDERS}:bare_filter", 4, {}, stack="torchcomms"))
     outcome, detail = got["QUAL-SUBGROUP-FILTER"]
     assert outcome == "fail" and "backend filter 'sim'" in detail and "<device>:<backend>" in detail, detail
     assert "Megatron-LM PR 5385" in detail and "pass backend='cpu:sim'" in detail, detail
