@@ -71,6 +71,13 @@ def test_enumeration_skips_annotations_and_defect_switch_branches() -> None:
     assert inside == {(3, 10), (3, 34), (5, 15), (8, 15)}
 
 
+def test_the_planted_defect_modules_are_not_mutated() -> None:
+    # the flaw classes and their table are planted defects: no clean run executes them
+    paths = {m.path for m in harness.enumerate_mutants(ROOT, TARGETS["simulator"])}
+    assert {"simulator/flaws.py", "simulator/defects.py"}.isdisjoint(paths)
+    assert {"simulator/backend.py", "simulator/parts.py", "simulator/stacks.py"} <= paths
+
+
 def test_mutant_ids_are_unique_and_stable() -> None:
     first = harness.enumerate_mutants(ROOT, TARGETS["toyccl"])
     again = harness.enumerate_mutants(ROOT, TARGETS["toyccl"])

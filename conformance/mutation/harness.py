@@ -154,10 +154,10 @@ def rule_equivalent(root: Path, mutants: list[Mutant]) -> dict[str, dict[str, st
 
 
 def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
-    """Every mutation cosmic-ray's operators make in the target's modules, outside annotations and outside
-    defect-switch branches (``defect_branch_spans``), in a stable order. A site an operator mutates more than
-    one way (a number to n+1 and n-1) gets ``#k`` on its id."""
-    modules = sorted((root / target.source).glob("*.py"))
+    """Every mutation cosmic-ray's operators make in the target's modules (less its ``planted`` ones), outside
+    annotations and outside defect-switch branches (``defect_branch_spans``), in a stable order. A site an
+    operator mutates more than one way (a number to n+1 and n-1) gets ``#k`` on its id."""
+    modules = sorted(m for m in (root / target.source).glob("*.py") if m.name not in target.planted)
     with tempfile.TemporaryDirectory(prefix="cfm-mutants-") as tmp, use_db(str(Path(tmp) / "session.sqlite")) as db:
         init(modules, db, {})
         specs = sorted((item.mutations[0] for item in db.work_items),

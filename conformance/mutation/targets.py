@@ -17,11 +17,15 @@ class MutationTarget:
     import_module: str = ""  # the vendor module certify imports first (a mutant that breaks it is killed)
     command: str = ""  # the user-facing command whose verdict the judge reproduces
     capabilities_file: str = ""  # what the backend declares (certify --capabilities-file), relative to the root
+    planted: tuple[str, ...] = ()  # modules of the folder that hold planted defects, not the behaviour judged
 
 
 TARGETS = {
+    # flaws.py and defects.py are the planted defects and their table (simulator/parts.py): no clean run
+    # executes a flaw, so a mutant there survives by construction, as the defect-switch branches did before them
     "simulator": MutationTarget("simulator", "simulator", "sim",
-                                command="python -m conformance run --target sim --world-sizes 2,4"),
+                                command="python -m conformance run --target sim --world-sizes 2,4",
+                                planted=("flaws.py", "defects.py")),
     # cli.cmd_certify's options for toyccl's documented certification (examples/toyccl/README.md): what it
     # declares is verified, so the checks needing options, hints, split, tags and any-source run
     "toyccl": MutationTarget("toyccl", "examples/toyccl/toyccl", "vendor",
