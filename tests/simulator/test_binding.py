@@ -9,8 +9,6 @@ associated with device type meta"); on torch >= 2.14 every new_group failed assi
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
-import socket
 import traceback
 from typing import Any
 
@@ -19,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.torch_compat import since, split_child_ranks, split_nonmember_value
+from tests.simulator.worlds import run_world
 
 WORLD = 4
 
@@ -62,18 +61,7 @@ def _rank(rank: int, port: int, via_init: bool, out: Any) -> None:
 
 
 def _world(via_init: bool) -> dict[int, dict[str, Any]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, via_init, out)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
-    return results
+    return run_world(_rank, WORLD, via_init)
 
 
 @pytest.mark.parametrize("via_init", [False, True], ids=["bind_device", "init_device_id"])
