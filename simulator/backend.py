@@ -281,6 +281,8 @@ class SimProcessGroup(dist.ProcessGroup):
         comm = self.split_comm(members if member else None, config)
         if comm is None:
             return None
+        if timeout:
+            comm.retime(_timeout_s(timeout))
         child = type(self)(
             dist.PrefixStore(f"{group_name}/", self._comm_store), ranks.index(self.rank()), len(ranks),
             members, options, _timeout_s(timeout) if timeout else self._timeout_s,
@@ -637,6 +639,8 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
     group.bound_device_id = bound
     if world.bound_device_id is not None:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
+        if group._comm is not None:
+            group._comm.retime(timeout_s)
         # torch binds the group it built, then discards it for the Python group a creator returns
         # (torch 2.13 distributed_c10d._new_process_group_helper): carry the binding here instead.
         group.bound_device_id = world.bound_device_id

@@ -99,10 +99,10 @@ class ListCollectives:
             o = self._begin("all_to_all", f"all_to_all({dtype})", err, inputs,
                             Splits([list(t.shape) for t in inputs], [list(t.shape) for t in outputs],
                                    [nbytes(t) for t in inputs]))
-            g = self.control.g
-            bad = [f"rank {g(j)} sends {m.splits.sends[self.me]} to rank {g(self.me)}, which expects "
-                   f"{list(outputs[j].shape)}" for j, m in enumerate(o.metas)
-                   if m.splits.sends[self.me] != list(outputs[j].shape)]
+            g, sp = self.control.g, [m.splits for m in o.metas]  # every pair, so that every member refuses
+            bad = [f"rank {g(i)} sends {sp[i].sends[j]} to rank {g(j)}, which expects "
+                   f"{sp[j].expects[i]}" for j in range(self.n) for i in range(self.n)
+                   if sp[i].sends[j] != sp[j].expects[i]]
             if bad:
                 raise CollectiveMismatch(f"{self.control.where(o.seq)}: all_to_all tensor shapes disagree: "
                                          + "; ".join(bad))

@@ -130,6 +130,13 @@ class Communicator:
     recorded: bool = True
     parts: Parts = REFERENCE
 
+    def retime(self, timeout_s: float) -> None:
+        """Give this communicator its group's timeout: a split child is made by its parent's group, whose
+        timeout it would keep (as ProcessGroupNCCL does, a group's ops time out after its own timeout)."""
+        self.timeout_s = timeout_s
+        if self.fabric is not None:
+            self.fabric.control.timeout_s = timeout_s
+
     def __post_init__(self) -> None:
         self.fabric = self.parts.fabric(
             dist.PrefixStore(f"comm/{self.id}/", self.store),

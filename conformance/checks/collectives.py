@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.checks import collective_cases as cc
+from conformance.checks import collective_refusals  # noqa: F401 - registers the refusal checks of this area
 from conformance.checks import reference as ref
 from conformance.checks.common import Findings, default_mode, optional_case, positive_control, sweep_groups
 from conformance.checks.generated import run_plan

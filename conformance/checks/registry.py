@@ -93,14 +93,15 @@ class CheckContext:
         limit = self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s)
         return self.target.init_world(sub, self.rank, self.world_size, spec, limit)
 
-    def new_group(self, ranks: list[int], **kwargs: Any) -> Any:
+    def new_group(self, ranks: list[int], timeout_s: float | None = None, **kwargs: Any) -> Any:
         """``dist.new_group(ranks, **kwargs)`` with the check's timeout (torch's default is 30 min), so that a
-        backend hanging in the new group times out naming the absent ranks within the check's time.
+        backend hanging in the new group times out naming the absent ranks within the check's time;
+        ``timeout_s`` caps it lower, as in ``init_world``.
 
         On a stack whose bound world cannot take non-members through new_group (``torch_compat``), the group
         is made as such users make it, with one ``split_group`` every rank calls; non-members get
         NON_GROUP_MEMBER either way."""
-        timeout = timedelta(seconds=self.timeout_s)
+        timeout = timedelta(seconds=self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s))
         world = dist.group.WORLD
         if (not nonmember_new_group_works(self.target.target.stack) and world is not None
                 and world.bound_device_id is not None and set(ranks) != set(range(dist.get_world_size()))):

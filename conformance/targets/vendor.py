@@ -94,11 +94,15 @@ CONTRACT: dict[str, str] = {
     "p2p_tags": "send/recv tags select among messages between the same pair (undeclared: tag matching is not "
                 "checked, as NCCL ignores tags)",
     "p2p_any_source": "recv(src=None) receives from whichever peer sends (recv_anysource)",
+    "mismatch_detection": "every collective compares what each member called and refuses, on every member, "
+                          "different ops, roots, dtypes, sizes, all_to_all split sizes or shapes, and split_group "
+                          "split lists that differ, naming the disagreement (neither gloo nor NCCL does)",
 }
 # Checks that consult a capability beyond the requirements that need it (the spec's capabilities).
 CONSULTED: dict[str, str] = {
     "device_binding": "checks that run on the default world run it bound (eager) instead of lazy",
-    "split": "COLL-ALLREDUCE-OPS and COLL-GATHER-SCATTER-ORDER also sweep split groups",
+    "split": "COLL-ALLREDUCE-OPS and COLL-GATHER-SCATTER-ORDER also sweep split groups; COLL-MISMATCH-REFUSED "
+             "also splits with disagreeing split lists",
     "hints": "HINT-INVALID-REFUSED also refuses invalid hint values",
     "p2p_tags": "P2P-DATA checks that tags select among messages",
     "p2p_any_source": "P2P-DATA checks recv(src=None)",

@@ -1,0 +1,292 @@
+"""Checks that wrong or inconsistent collective programs are refused, never answered with data.
+
+Three requirements (``collectives.toml``):
+
+- ``COLL-BAD-ARGS-REFUSED``: a rank whose own arguments are wrong (an ``all_gather`` output list whose length
+  is not the group size, ``all_to_all_single`` split sizes of the wrong count or sum) is refused naming what
+  is wrong; when only one rank's arguments are wrong, its peers raise too (naming the op or that rank, or a
+  timeout) within the group's timeout. Every real stack checks these locally (gloo: ``checkSplitSizes``,
+  ``ProcessGroupGloo::allgather``'s list length).
+- ``COLL-MISMATCH-REFUSED`` (capability ``mismatch_detection``): members that disagree (different
+  collectives, roots, split sizes, shapes, split lists) are refused on every member, naming the calls.
+- ``COLL-ABSENT-PEER``: a collective a member never joins raises on the members that did, within the group's
+  timeout, as a timeout or naming the missing rank.
+
+Each refusal case runs on a group of its own with a short timeout (a backend may leave a group unusable after
+a refusal or a timeout), after a valid call of the same op on the world gave exact data (the positive control).
+Which rank misbehaves and which root is used come from a seeded plan (``cases.Plan``): the first, middle and
+last ranks always, and seeded samples.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from conformance.checks.cases import Case, Plan
+from conformance.checks.common import Findings, Needle, default_mode, expect_raises
+from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import CheckFailed
+
+GROUP_WAIT_S = 2.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
+ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
+SLACK_S = 5.0  # how much later than its group's timeout a peer's error may come
+TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
+
+
+def _ranks(n: int) -> tuple[int, ...]:
+    """The boundary values of "which rank": the first, the middle and the last."""
+    return tuple(sorted({0, n // 2, n - 1}))
+
+
+def _plan(name: str, ctx: CheckContext, **dims: tuple[Any, ...]) -> list[Case]:
+    return Plan(name, dims, alone=()).cases(ctx.generation, ctx.world_size)
+
+
+def _fresh_group(ctx: CheckContext, timeout_s: float) -> dist.ProcessGroup:
+    """A group of every rank, used for one refusal case only, after the world is in step again."""
+    dist.barrier()
+    return ctx.new_group(list(range(ctx.world_size)), timeout_s=timeout_s)
+
+
+def _peer_raises(ctx: CheckContext, what: str, fn: Callable[[], Any], names: tuple[Needle, ...],
+                 timeout_s: float) -> None:
+    """``fn`` must raise, naming ``names`` or as a timeout, within ``timeout_s`` plus slack: never return."""
+    start = time.monotonic()
+    expect_raises(ctx, what, fn, contains=names, timeout_contains=(TIMEOUT_NEEDLE,))
+    took = time.monotonic() - start
+    ctx.expect(took <= timeout_s + SLACK_S, f"{what}: seconds until the error", f"<= {timeout_s + SLACK_S}",
+               round(took, 1))
+
+
+# ------------------------------------------------------------------ COLL-BAD-ARGS-REFUSED
+def _gather_lists(ctx: CheckContext, count: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    return [torch.zeros(3, device=ctx.device) for _ in range(count)], torch.full((3,), float(ctx.rank),
+                                                                                  device=ctx.device)
+
+
+def _control_all_gather(ctx: CheckContext) -> None:
+    outs, inp = _gather_lists(ctx, ctx.world_size)
+    dist.all_gather(outs, inp)
+    ctx.expect_equal("all_gather with one output per rank (positive control)",
+                     [[float(j)] * 3 for j in range(ctx.world_size)], [o.tolist() for o in outs])
+
+
+def _a2a_args(ctx: CheckContext, splits: list[int] | None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Rows ``rank * 100 + i``; ``splits`` (default one row per rank) for both sides."""
+    n = ctx.world_size
+    splits = [1] * n if splits is None else splits
+    rows = sum(splits)
+    inp = torch.arange(rows, dtype=torch.float32, device=ctx.device) + 100 * ctx.rank
+    return torch.full((max(rows, n),), -1.0, device=ctx.device), inp, splits
+
+
+def _control_all_to_all(ctx: CheckContext) -> None:
+    out, inp, splits = _a2a_args(ctx, None)
+    dist.all_to_all_single(out, inp, splits, splits)
+    ctx.expect_equal("all_to_all_single with one row per rank (positive control)",
+                     [float(100 * j + ctx.rank) for j in range(ctx.world_size)], out.tolist())
+
+
+def _bad_call(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callable[[], Any]:
+    """The call with wrong arguments of ``kind`` on this rank."""
+    n = ctx.world_size
+    if kind in ("all_gather: too few outputs", "all_gather: too many outputs"):
+        outs, inp = _gather_lists(ctx, n - 1 if "few" in kind else n + 3)
+        return lambda: dist.all_gather(outs, inp, group=group)
+    if kind == "all_to_all_single: split count":
+        out, inp, splits = _a2a_args(ctx, [1] * (n + 1))  # the right sum, one size too many
+        return lambda: dist.all_to_all_single(out[:n + 1], inp, splits, splits, group=group)
+    out, inp, splits = _a2a_args(ctx, None)  # kind == "all_to_all_single: split sum": n sizes, one row too many
+    wrong = [*splits[:-1], 2]
+    return lambda: dist.all_to_all_single(out[:n], inp, wrong, splits, group=group)
+
+
+def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
+    """What the refusal of the rank with wrong arguments must name."""
+    n = ctx.world_size
+    if kind.startswith("all_gather"):  # the group size and the number of outputs given
+        return (("output", "tensor list"), str(n), str(n - 1 if "few" in kind else n + 3))
+    if kind == "all_to_all_single: split count":  # gloo: "Number of tensor splits not equal to group size"
+        return (("split",), ("group size", str(n)))
+    return (("split",), ("dim 0", "sum"))  # gloo: "Split sizes doesn't match total dim 0 size"
+
+
+BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
+            "all_to_all_single: split sum")
+
+
+def _bad_args_case(ctx: CheckContext, case: Case) -> None:
+    kind, bad = case["call"], case["wrong on"]
+    group = _fresh_group(ctx, GROUP_WAIT_S)
+    op = kind.split(":")[0]
+    if bad in ("every rank", ctx.rank):
+        expect_raises(ctx, f"{case.describe()}: this rank's call", _bad_call(ctx, kind, group),
+                      contains=_bad_needles(ctx, kind))
+        return
+    # A peer with valid arguments: the op must not complete for it either.
+    if op == "all_gather":
+        outs, inp = _gather_lists(ctx, ctx.world_size)
+        call: Callable[[], Any] = lambda: dist.all_gather(outs, inp, group=group)  # noqa: E731
+    else:
+        out, inp, splits = _a2a_args(ctx, None)
+        call = lambda: dist.all_to_all_single(out[:ctx.world_size], inp, splits, splits, group=group)  # noqa: E731
+    _peer_raises(ctx, f"{case.describe()}: a peer with valid arguments", call,
+                 ((op, f"rank {bad}"),), GROUP_WAIT_S)
+
+
+@check("COLL-BAD-ARGS-REFUSED")
+def bad_args_refused(ctx: CheckContext) -> None:
+    """Wrong arguments are refused naming them; peers of the one rank that passed them never return."""
+    ctx.init_world(default_mode(ctx))
+    _control_all_gather(ctx)
+    _control_all_to_all(ctx)
+    found = Findings(ctx)
+    for case in _plan("bad-args", ctx, call=BAD_ARGS, **{"wrong on": ("every rank", *_ranks(ctx.world_size))}):
+        found.case(_bad_args_case, ctx, case)
+    dist.barrier()
+    found.conclude()
+
+
+# ------------------------------------------------------------------ COLL-MISMATCH-REFUSED
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+
+
+def _rooted(ctx: CheckContext, op: str, root: int, group: dist.ProcessGroup | None = None) -> Callable[[], Any]:
+    """``op`` from ``root`` with this rank's tensor ``rank + 1``; returns what the check compares."""
+    n, mine = ctx.world_size, torch.full((2,), float(ctx.rank + 1), device=ctx.device)
+    if op == "broadcast":
+        return lambda: (dist.broadcast(mine, root, group=group), mine.tolist())[1]
+    if op == "reduce":
+        return lambda: (dist.reduce(mine, root, group=group), mine.tolist())[1]
+    if op == "gather":
+        outs = [torch.zeros(2, device=ctx.device) for _ in range(n)] if ctx.rank == root else None
+        return lambda: (dist.gather(mine, outs, dst=root, group=group), outs and [o.tolist() for o in outs])[1]
+    ins = [torch.full((2,), 10.0 * j, device=ctx.device) for j in range(n)] if ctx.rank == root else None
+    return lambda: (dist.scatter(mine, ins, src=root, group=group), mine.tolist())[1]
+
+
+def _rooted_expected(ctx: CheckContext, op: str, root: int) -> Any:
+    n = ctx.world_size
+    if op == "broadcast":
+        return [float(root + 1)] * 2
+    if op == "reduce":
+        return [float(n * (n + 1) // 2)] * 2 if ctx.rank == root else [float(ctx.rank + 1)] * 2
+    if op == "gather":
+        return [[float(j + 1)] * 2 for j in range(n)] if ctx.rank == root else None
+    return [10.0 * ctx.rank] * 2
+
+
+Call = tuple[Callable[[], Any], tuple[Needle, ...]]
+
+
+def _mismatch_call(ctx: CheckContext, case: Case, group: dist.ProcessGroup) -> Call:
+    """This rank's call in a case where rank ``case['odd rank']`` disagrees, and what every refusal must name."""
+    kind, odd, n = case["mismatch"], case["odd rank"], ctx.world_size
+    me_odd = ctx.rank == odd
+    t = torch.ones(4, device=ctx.device)
+    if kind == "op":  # all_reduce everywhere, broadcast on the odd rank
+        fn = (lambda: dist.broadcast(t, 0, group=group)) if me_odd else (lambda: dist.all_reduce(t, group=group))
+        return fn, ("all_reduce", "broadcast")
+    if kind in ROOTED:
+        root, other = case["root"], (case["root"] + 1) % n
+        return _rooted(ctx, kind, other if me_odd else root, group), (kind, ("root",))
+    if kind == "dtype":
+        x = torch.ones(4, dtype=torch.float64 if me_odd else torch.float32, device=ctx.device)
+        return (lambda: dist.all_reduce(x, group=group)), ("all_reduce", ("float64", "double"))
+    if kind == "size":
+        x = torch.ones(8 if me_odd else 4, device=ctx.device)
+        return (lambda: dist.all_reduce(x, group=group)), ("all_reduce", "8")
+    if kind == "all_to_all_single splits":  # the odd rank sends its next peer two rows and expects one fewer
+        nxt = (odd + 1) % n
+        send = [2 if me_odd and j == nxt else 1 for j in range(n)]
+        recv = [2 if me_odd and j == nxt else 1 for j in range(n)]  # this rank's own sums stay consistent
+        out = torch.full((sum(recv),), -1.0, device=ctx.device)
+        inp = torch.ones(sum(send), device=ctx.device)
+        return (lambda: dist.all_to_all_single(out, inp, recv, send, group=group)), ("all_to_all", ("split", "rows"))
+    # kind == "all_to_all shapes": the odd rank expects 2 elements from every peer, which send 1
+    outs = [torch.zeros(2 if me_odd and j != odd else 1, device=ctx.device) for j in range(n)]
+    ins = [torch.ones(1, device=ctx.device) for _ in range(n)]
+    return (lambda: dist.all_to_all(outs, ins, group=group)), ("all_to_all", ("shape", "size"))
+
+
+MISMATCHES = ("op", *ROOTED, "dtype", "size", "all_to_all_single splits", "all_to_all shapes")
+
+
+def _mismatch_case(ctx: CheckContext, case: Case) -> None:
+    group = _fresh_group(ctx, GROUP_WAIT_S)
+    fn, needles = _mismatch_call(ctx, case, group)
+    expect_raises(ctx, case.describe(), fn, contains=needles)
+
+
+def _split_disagree(ctx: CheckContext, odd: int) -> None:
+    """split_group where rank ``odd`` asks for a different split than its peers: refused on every rank."""
+    n = ctx.world_size
+    everyone, singles = [list(range(n))], [[r] for r in range(n)]
+    split = singles if ctx.rank == odd else everyone
+    expect_raises(ctx, f"split_group with rank {odd} asking for {singles} and the others for {everyone}",
+                  lambda: dist.split_group(split_ranks=split, timeout=timedelta(seconds=GROUP_WAIT_S)),
+                  contains=(("split",), ("asked", "disagree", "differ", "mismatch")))
+
+
+@check("COLL-MISMATCH-REFUSED")
+def mismatch_refused(ctx: CheckContext) -> None:
+    """Members that disagree on a collective are refused on every member, naming the disagreement."""
+    ctx.init_world(default_mode(ctx))
+    found = Findings(ctx)
+    for op in ROOTED:  # the positive control: each rooted op from a non-zero root gives exact data
+        root = ctx.world_size - 1
+        got = _rooted(ctx, op, root)()
+        found.case(ctx.expect_equal, f"{op} from root {root} (positive control)", _rooted_expected(ctx, op, root), got)
+    _control_all_to_all(ctx)
+    cases = _plan("mismatch", ctx, mismatch=MISMATCHES, **{"odd rank": _ranks(ctx.world_size)},
+                  root=_ranks(ctx.world_size))
+    for case in cases:
+        found.case(_mismatch_case, ctx, case)
+    if "split" in ctx.target.capabilities:
+        dist.barrier()
+        for odd in _ranks(ctx.world_size):
+            found.case(_split_disagree, ctx, odd)
+    else:
+        ctx.note("split_group with disagreeing split lists not tried: the target lacks capability split")
+    dist.barrier()
+    found.conclude()
+
+
+# ------------------------------------------------------------------ COLL-ABSENT-PEER
+def _absent_case(ctx: CheckContext, case: Case) -> None:
+    op, absent = case["op"], case["absent rank"]
+    group = _fresh_group(ctx, ABSENT_WAIT_S)
+    if ctx.rank != absent:
+        wait_s = ctx.target.traits.p2p_wait_timeout_s
+        t = torch.ones(4, device=ctx.device)
+
+        def call() -> None:
+            work = (dist.all_reduce(t, group=group, async_op=True) if op == "all_reduce"
+                    else dist.broadcast(t, absent, group=group, async_op=True))
+            if wait_s is None:
+                work.wait()
+            elif not work.wait(timedelta(seconds=wait_s)):
+                raise CheckFailed(f"rank {ctx.rank}: {op}: wait({wait_s} s) returned False")
+
+        _peer_raises(ctx, f"{case.describe()}: {op} that rank {absent} never joins", call,
+                     ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S + (wait_s or 0.0))
+
+
+@check("COLL-ABSENT-PEER")
+def absent_peer(ctx: CheckContext) -> None:
+    """A collective one member never joins raises on the others within the group's timeout."""
+    ctx.init_world(default_mode(ctx))
+    t = torch.ones(4, device=ctx.device)
+    dist.all_reduce(t)
+    ctx.expect_equal("all_reduce of ones over the world (positive control)", [float(ctx.world_size)] * 4, t.tolist())
+    found = Findings(ctx)
+    for case in _plan("absent", ctx, op=("all_reduce", "broadcast"), **{"absent rank": _ranks(ctx.world_size)}):
+        found.case(_absent_case, ctx, case)
+    dist.barrier()
+    found.conclude()
