@@ -301,14 +301,21 @@ def mismatch(ctx: CheckContext) -> None:
         else:
             work.wait(timedelta(seconds=wait_s))
 
-    needles = {  # the refusal (or the timeout the requirement admits) must name both sides of the mismatch
-        "size": (("4",), ("8",)),
-        "dtype": (("float32", "Float"), ("float64", "Double")),
+    # The refusal (or the timeout the requirement admits) must name both sides of the mismatch and the peer;
+    # an unrelated error that merely quotes the sizes (a failed copy_) names no peer.
+    peer = ("rank 0", "src=0", "src 0", "from 0", "peer 0", "source 0")
+    needles = {
+        "size": (("4",), ("8",), peer),
+        "dtype": (("float32", "Float"), ("float64", "Double"), peer),
+        "one-element message into a larger buffer": (("1",), ("4",), peer),  # copy_ would broadcast it
+        "message larger than the buffer": (("8",), ("4",), peer),  # gloo aborts the receiving process here
     }
     found = Findings(ctx)  # rank 1 receives every case even after a silent one, so rank 0's sends never wait it out
     for what, send_t, recv_t in (
         ("size", torch.ones(4), torch.zeros(8)),
         ("dtype", torch.ones(4), torch.zeros(4, dtype=torch.float64)),
+        ("one-element message into a larger buffer", torch.ones(1), torch.zeros(4)),
+        ("message larger than the buffer", torch.ones(8), torch.zeros(4)),
     ):
         if ctx.rank == 0:
             try:
