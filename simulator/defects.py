@@ -87,6 +87,9 @@ DEFECTS: dict[str, Defect] = {
     "split_ranks_as_global": Defect(group=flaws.SplitRanksAsGlobal),
     "p2p_warn_once_per_process": Defect(group=flaws.P2PWarnOncePerProcess),
     "lazy_comm_default_config": Defect(group=flaws.LazyCommDefaultConfig),
+    "collective_calls_by_name": Defect(fabric=flaws.CollectiveCallsByName),
+    "allgather_short_list_accepted": Defect(fabric=flaws.AllgatherShortListAccepted),
+    "allreduce_timeout_swallowed": Defect(fabric=flaws.AllreduceTimeoutSwallowed),
 }
 # Mixed reduce ops in one _coalescing_manager block are not plantable here: torch 2.13's front end
 # passes only the first op's reduce op to the backend, so no backend ever sees the mix.

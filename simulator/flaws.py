@@ -18,7 +18,7 @@ import torch.distributed as dist
 from simulator.backend import LAZY_P2P_WARNING
 from simulator.comm import Communicator, rendezvous
 from simulator.config import ConfigError, SimOptions, options_to_hints
-from simulator.errors import P2PMismatch
+from simulator.errors import P2PMismatch, RankTimeout
 from simulator.events import LOG
 
 # Each flaw's methods call the part's own through super(); ``Any`` stands for the part it is composed over.
@@ -339,6 +339,30 @@ class AlltoallEvenOffsets:  # the fabric
 
     def _block_offset(self: Any, sends: list[int]) -> int:
         return self.me * sends[self.me]
+
+
+class CollectiveCallsByName:  # the fabric
+    """members' collectives are compared by op name only: different roots, dtypes or sizes are not refused"""
+
+    def _begin(self: Any, name: str, desc: str, err: str | None, payload: list[torch.Tensor],
+               splits: Any = None, unstaged: Any = None) -> Any:
+        return super()._begin(name, name, err, payload, splits, unstaged)
+
+
+class AllgatherShortListAccepted:  # the fabric
+    """all_gather into fewer output tensors than ranks fills those it is given and drops the rest"""
+
+    def all_gather(self: Any, outputs: list[torch.Tensor], input: torch.Tensor) -> None:
+        spare = [torch.empty_like(input) for _ in range(self.n - len(outputs))]
+        super().all_gather([*outputs, *spare], input)
+
+
+class AllreduceTimeoutSwallowed:  # the fabric
+    """an all_reduce a peer never joins returns the rank's own input when it times out, instead of raising"""
+
+    def all_reduce(self: Any, tensors: list[torch.Tensor], op: str) -> None:
+        with contextlib.suppress(RankTimeout):
+            super().all_reduce(tensors, op)
 
 
 class P2PRecvIgnoresSource:  # the P2P plane

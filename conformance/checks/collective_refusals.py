@@ -139,8 +139,10 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
     else:
         out, inp, splits = _a2a_args(ctx, None)
         call = lambda: dist.all_to_all_single(out[:ctx.world_size], inp, splits, splits, group=group)  # noqa: E731
+    # gloo: a peer whose wait timed out closes its connections, and the others then read "Connection closed by
+    # peer" (seen on 2.13.0 at world size 4) before their own timeout: an error about the op all the same
     _peer_raises(ctx, f"{case.describe()}: a peer with valid arguments", call,
-                 ((op, f"rank {bad}"),), GROUP_WAIT_S)
+                 ((op, f"rank {bad}", "connection closed"),), GROUP_WAIT_S)
 
 
 @check("COLL-BAD-ARGS-REFUSED")

@@ -99,7 +99,6 @@ class ToyProcessGroup(dist.ProcessGroup):
                  global_ranks: list[int] | None = None, options: ToyOptions | None = None, name: str = "") -> None:
         super().__init__(rank, size)
         self._store = store
-        self._store.set_timeout(timeout)
         self._timeout = timeout
         self._global_ranks = list(global_ranks or range(size))
         self._options = options if options is not None else ToyOptions()
@@ -198,12 +197,28 @@ class ToyProcessGroup(dist.ProcessGroup):
         return child
 
     # -- the exchange every collective is built on ------------------------
+    def _get(self, key: str) -> Any:
+        """The value at ``key``, waiting at most this group's timeout (the store is shared with other groups,
+        so its own default timeout is not this group's to set)."""
+        self._store.wait([key], self._timeout)
+        return pickle.loads(self._store.get(key))
+
     def _exchange(self, payload: Any) -> list[Any]:
         """Publish ``payload`` and return every rank's payload, in rank order."""
         self._main_comm()
         self._seq += 1
         self._store.set(f"{self._seq}/{self.rank()}", pickle.dumps(payload))
-        return [pickle.loads(self._store.get(f"{self._seq}/{r}")) for r in range(self.size())]
+        return [self._get(f"{self._seq}/{r}") for r in range(self.size())]
+
+    def _check_splits(self, sizes: list[int], rows: int, side: str) -> list[int]:
+        """``sizes`` (or equal splits when empty) as all_to_all_single needs them: one per rank, summing to dim 0."""
+        n = self.size()
+        if not sizes:
+            sizes = [rows // n] * n
+        if len(sizes) != n or sum(sizes) != rows:
+            raise ValueError(f"toyccl rank {self.rank()}: all_to_all_single: {side} split sizes {list(sizes)} must "
+                             f"be {n} sizes (the group size) summing to dim 0 ({rows})")
+        return list(sizes)
 
     def _allreduce_list(self, tensors: list[torch.Tensor], op: Any) -> None:
         everyone = self._exchange([t.detach().cpu() for t in tensors])
@@ -221,6 +236,10 @@ class ToyProcessGroup(dist.ProcessGroup):
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                   opts: Any = None) -> dist.Work:
+        for out_list in outputs:
+            if len(out_list) != self.size():
+                raise ValueError(f"toyccl rank {self.rank()}: all_gather: expected {self.size()} output tensors "
+                                 f"(the group size), got {len(out_list)}")
         everyone = self._exchange([t.detach().cpu() for t in inputs])
         for i, out_list in enumerate(outputs):
             for r, out in enumerate(out_list):
@@ -278,8 +297,8 @@ class ToyProcessGroup(dist.ProcessGroup):
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any = None) -> dist.Work:
-        n = self.size()
-        sizes = input_split_sizes or [input.shape[0] // n] * n
+        sizes = self._check_splits(input_split_sizes, input.shape[0], "input")
+        self._check_splits(output_split_sizes, output.shape[0], "output")
         everyone = self._exchange((input.detach().cpu(), sizes))
         pieces = []
         for data, their_sizes in everyone:
@@ -328,7 +347,7 @@ class ToyProcessGroup(dist.ProcessGroup):
 
     def _deliver(self, tensors: list[torch.Tensor], src: int, tag: int, n: int) -> None:
         self._taken.add((src, tag, n))
-        received = pickle.loads(self._store.get(f"p2p/{src}->{self.rank()}/t{tag}/{n}"))
+        received = self._get(f"p2p/{src}->{self.rank()}/t{tag}/{n}")
         for t, r in zip(tensors, received, strict=True):
             if t.shape != r.shape or t.dtype != r.dtype:
                 raise ValueError(f"toyccl rank {self.rank()}: recv from rank {src}: expected {r.dtype}{list(r.shape)} "
@@ -345,7 +364,7 @@ class ToyProcessGroup(dist.ProcessGroup):
         """Receive the next message announced to this rank with ``tag``, from whichever rank sent it."""
         while True:
             self._any[tag] = self._any.get(tag, 0) + 1
-            src, n = pickle.loads(self._store.get(f"any/{self.rank()}/t{tag}/{self._any[tag]}"))
+            src, n = self._get(f"any/{self.rank()}/t{tag}/{self._any[tag]}")
             if (src, tag, n) not in self._taken and n > self._p2p.get((src, self.rank(), tag), 0):
                 break
         self._pair_comm(src)
