@@ -38,6 +38,10 @@ GROUP_WAIT_S = 2.0  # the timeout of each refusal case's group: a peer that wait
 ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
 SLACK_S = 5.0  # how much later than its group's timeout a peer's error may come
 TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
+BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
+            "all_to_all_single: split sum")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+MISMATCHES = ("op", *ROOTED, "dtype", "size", "all_to_all_single splits", "all_to_all shapes")
 
 
 def _ranks(n: int) -> tuple[int, ...]:
@@ -45,10 +49,20 @@ def _ranks(n: int) -> tuple[int, ...]:
     return tuple(sorted({0, n // 2, n - 1}))
 
 
-def _plan(name: str, ctx: CheckContext, samples: bool = True, **dims: tuple[Any, ...]) -> list[Case]:
-    """The plan's cases; without ``samples`` only its boundary cases (each costs a timeout)."""
-    gen = ctx.generation if samples else replace(ctx.generation, budget=0)
-    return Plan(name, dims, alone=()).cases(gen, ctx.world_size)
+def bad_args_plan(n: int) -> Plan:
+    """Which call gets wrong arguments, and on which rank (or on every rank)."""
+    return Plan("bad-args", {"call": BAD_ARGS, "wrong on": ("every rank", *_ranks(n))}, alone=())
+
+
+def mismatch_plan(n: int) -> Plan:
+    """What the odd rank disagrees on, which rank it is, and the root its peers use."""
+    return Plan("mismatch", {"mismatch": MISMATCHES, "odd rank": _ranks(n), "root": _ranks(n)}, alone=())
+
+
+def absent_plan(n: int) -> Plan:
+    """Which op a rank never joins, and which rank: each case waits out a timeout, so only the first and the
+    last rank (the check runs its boundary cases only)."""
+    return Plan("absent", {"op": ("all_reduce", "broadcast"), "absent rank": (0, n - 1)}, alone=())
 
 
 def _fresh_group(ctx: CheckContext, timeout_s: float) -> dist.ProcessGroup:
@@ -120,10 +134,6 @@ def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
     return (("split",), ("dim 0", "sum"))  # gloo: "Split sizes doesn't match total dim 0 size"
 
 
-BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
-            "all_to_all_single: split sum")
-
-
 def _bad_args_case(ctx: CheckContext, case: Case) -> None:
     kind, bad = case["call"], case["wrong on"]
     group = _fresh_group(ctx, GROUP_WAIT_S)
@@ -152,16 +162,13 @@ def bad_args_refused(ctx: CheckContext) -> None:
     _control_all_gather(ctx)
     _control_all_to_all(ctx)
     found = Findings(ctx)
-    for case in _plan("bad-args", ctx, call=BAD_ARGS, **{"wrong on": ("every rank", *_ranks(ctx.world_size))}):
+    for case in bad_args_plan(ctx.world_size).cases(ctx.generation, ctx.world_size):
         found.case(_bad_args_case, ctx, case)
     dist.barrier()
     found.conclude()
 
 
 # ------------------------------------------------------------------ COLL-MISMATCH-REFUSED
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
-
-
 def _rooted(ctx: CheckContext, op: str, root: int, group: dist.ProcessGroup | None = None) -> Callable[[], Any]:
     """``op`` from ``root`` with this rank's tensor ``rank + 1``; returns what the check compares."""
     n, mine = ctx.world_size, torch.full((2,), float(ctx.rank + 1), device=ctx.device)
@@ -220,9 +227,6 @@ def _mismatch_call(ctx: CheckContext, case: Case, group: dist.ProcessGroup) -> C
     return (lambda: dist.all_to_all(outs, ins, group=group)), ("all_to_all", ("shape", "size"))
 
 
-MISMATCHES = ("op", *ROOTED, "dtype", "size", "all_to_all_single splits", "all_to_all shapes")
-
-
 def _mismatch_case(ctx: CheckContext, case: Case) -> None:
     group = _fresh_group(ctx, GROUP_WAIT_S)
     fn, needles = _mismatch_call(ctx, case, group)
@@ -249,9 +253,7 @@ def mismatch_refused(ctx: CheckContext) -> None:
         got = _rooted(ctx, op, root)()
         found.case(ctx.expect_equal, f"{op} from root {root} (positive control)", _rooted_expected(ctx, op, root), got)
     _control_all_to_all(ctx)
-    cases = _plan("mismatch", ctx, mismatch=MISMATCHES, **{"odd rank": _ranks(ctx.world_size)},
-                  root=_ranks(ctx.world_size))
-    for case in cases:
+    for case in mismatch_plan(ctx.world_size).cases(ctx.generation, ctx.world_size):
         found.case(_mismatch_case, ctx, case)
     if "split" in ctx.target.capabilities:
         dist.barrier()
@@ -291,8 +293,8 @@ def absent_peer(ctx: CheckContext) -> None:
     dist.all_reduce(t)
     ctx.expect_equal("all_reduce of ones over the world (positive control)", [float(ctx.world_size)] * 4, t.tolist())
     found = Findings(ctx)
-    n = ctx.world_size  # each case waits out a timeout: the first and the last rank, no samples
-    for case in _plan("absent", ctx, samples=False, op=("all_reduce", "broadcast"), **{"absent rank": (0, n - 1)}):
+    boundary = replace(ctx.generation, budget=0)  # each case waits out a timeout: no samples
+    for case in absent_plan(ctx.world_size).cases(boundary, ctx.world_size):
         found.case(_absent_case, ctx, case)
     dist.barrier()
     found.conclude()

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from conformance.checks import coalescing_cases, p2p_cases
 from conformance.checks import collective_cases as cc
+from conformance.checks import collective_refusals as refusals
 from conformance.checks.cases import Generation, Plan, show
 
 
@@ -28,6 +29,9 @@ def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan
         "COLL-ALLTOALL-UNEVEN": [(cc.ALLTOALL, n)],
         "P2P-DATA": [(p2p_cases.plan(fake), n)],  # type: ignore[arg-type]
         "COAL-SYNC-RESULTS": [(coalescing_cases.PLAN, n)],
+        "COLL-BAD-ARGS-REFUSED": [(refusals.bad_args_plan(n), n)],
+        "COLL-MISMATCH-REFUSED": [(refusals.mismatch_plan(n), n)],
+        "COLL-ABSENT-PEER": [(refusals.absent_plan(n), n)],
     }
 
 
