@@ -71,12 +71,23 @@ def _fresh_group(ctx: CheckContext, timeout_s: float) -> dist.ProcessGroup:
     return ctx.new_group(list(range(ctx.world_size)), timeout_s=timeout_s)
 
 
+def _finish(ctx: CheckContext, what: str, work: dist.Work) -> None:
+    """Wait for ``work``; on a target whose ``wait()`` only orders device streams (``Traits.p2p_wait_timeout_s``
+    set, e.g. NCCL) with that timeout, so that an op the device never completes raises instead of looking done."""
+    wait_s = ctx.target.traits.p2p_wait_timeout_s
+    if wait_s is None:
+        work.wait()
+    elif not work.wait(timedelta(seconds=wait_s)):
+        raise CheckFailed(f"rank {ctx.rank}: {what}: wait({wait_s} s) returned False")
+
+
 def _peer_raises(ctx: CheckContext, what: str, fn: Callable[[], Any], names: tuple[Needle, ...],
                  timeout_s: float) -> None:
     """``fn`` must raise, naming ``names`` or as a timeout, within ``timeout_s`` plus slack: never return."""
     start = time.monotonic()
     expect_raises(ctx, what, fn, contains=names, timeout_contains=(TIMEOUT_NEEDLE,))
     took = time.monotonic() - start
+    timeout_s += ctx.target.traits.p2p_wait_timeout_s or 0.0
     ctx.expect(took <= timeout_s + SLACK_S, f"{what}: seconds until the error", f"<= {timeout_s + SLACK_S}",
                round(took, 1))
 
@@ -145,10 +156,12 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
     # A peer with valid arguments: the op must not complete for it either.
     if op == "all_gather":
         outs, inp = _gather_lists(ctx, ctx.world_size)
-        call: Callable[[], Any] = lambda: dist.all_gather(outs, inp, group=group)  # noqa: E731
+        call: Callable[[], Any] = lambda: _finish(ctx, op, dist.all_gather(outs, inp, group=group,  # noqa: E731
+                                                                          async_op=True))
     else:
         out, inp, splits = _a2a_args(ctx, None)
-        call = lambda: dist.all_to_all_single(out[:ctx.world_size], inp, splits, splits, group=group)  # noqa: E731
+        call = lambda: _finish(ctx, op, dist.all_to_all_single(  # noqa: E731
+            out[:ctx.world_size], inp, splits, splits, group=group, async_op=True))
     # gloo: a peer whose wait timed out closes its connections, and the others then read "Connection closed by
     # peer" (seen on 2.13.0 at world size 4) before their own timeout: an error about the op all the same
     _peer_raises(ctx, f"{case.describe()}: a peer with valid arguments", call,
@@ -270,19 +283,14 @@ def _absent_case(ctx: CheckContext, case: Case) -> None:
     op, absent = case["op"], case["absent rank"]
     group = _fresh_group(ctx, ABSENT_WAIT_S)
     if ctx.rank != absent:
-        wait_s = ctx.target.traits.p2p_wait_timeout_s
         t = torch.ones(4, device=ctx.device)
 
         def call() -> None:
-            work = (dist.all_reduce(t, group=group, async_op=True) if op == "all_reduce"
+            _finish(ctx, op, dist.all_reduce(t, group=group, async_op=True) if op == "all_reduce"
                     else dist.broadcast(t, absent, group=group, async_op=True))
-            if wait_s is None:
-                work.wait()
-            elif not work.wait(timedelta(seconds=wait_s)):
-                raise CheckFailed(f"rank {ctx.rank}: {op}: wait({wait_s} s) returned False")
 
         _peer_raises(ctx, f"{case.describe()}: {op} that rank {absent} never joins", call,
-                     ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S + (wait_s or 0.0))
+                     ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S)
 
 
 @check("COLL-ABSENT-PEER")

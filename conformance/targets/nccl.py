@@ -318,8 +318,10 @@ class NcclTarget(Target):
     # Checks that get rank processes of their own (conformance.runner.orchestrate.run_case):
     # ProcessGroupNCCL's lazy-P2P warning is a TORCH_WARN_ONCE, printed once per process (see
     # traits.lazy_p2p_warning), and a size-mismatched send/recv can leave a kernel spinning on the device
-    # after wait() returned (wait() only orders streams), which would poison later checks.
-    fresh_process_checks = frozenset({"P2P-LAZY-WARN-ONCE", "P2P-MISMATCH"})
+    # after wait() returned (wait() only orders streams), which would poison later checks; so can a collective
+    # whose peer never joined (COLL-BAD-ARGS-REFUSED's one-rank cases, COLL-ABSENT-PEER).
+    fresh_process_checks = frozenset({"P2P-LAZY-WARN-ONCE", "P2P-MISMATCH", "COLL-BAD-ARGS-REFUSED",
+                                      "COLL-ABSENT-PEER"})
     traits = Traits(
         # ProcessGroupNCCL's lazy-P2P warning: "... An unbatched P2P op (send/recv) was called on this
         # ProcessGroup with size N.  In lazy initialization mode, this will result in a new 2-rank NCCL
