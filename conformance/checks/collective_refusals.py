@@ -34,7 +34,7 @@ from conformance.checks.common import Findings, Needle, default_mode, expect_rai
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 
-GROUP_WAIT_S = 2.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
+GROUP_WAIT_S = 1.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
 ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
 SLACK_S = 5.0  # how much later than its group's timeout a peer's error may come
 TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
