@@ -36,7 +36,7 @@ from conformance.outcomes import CheckFailed
 
 GROUP_WAIT_S = 1.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
 ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
-SLACK_S = 15.0  # how much later than its group's timeout a peer's error may come (a loaded host: 6 s seen at load 80 on 2 cores)
+SLACK_S = 15.0  # how much later than its group's timeout a peer's error may come (6 s seen at load 80 on 2 cores)
 TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
 BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
             "all_to_all_single: split sum")
