@@ -5,15 +5,17 @@ Three requirements (``collectives.toml``):
 - ``COLL-BAD-ARGS-REFUSED``: a rank whose own arguments are wrong (an ``all_gather`` output list whose length
   is not the group size, ``all_to_all_single`` split sizes of the wrong count or sum) is refused naming what
   is wrong; when only one rank's arguments are wrong, its peers raise too (naming the op or that rank, or a
-  timeout) within the group's timeout. Every real stack checks these locally (gloo: ``checkSplitSizes``,
-  ``ProcessGroupGloo::allgather``'s list length).
+  timeout) within the group's timeout. gloo checks both locally (c10d ``checkSplitSizes``,
+  ``ProcessGroupGloo::allgather``'s list length: run here); ProcessGroupNCCL checks the split sizes but, by its
+  source, not the all_gather list length (not run here: no GPU).
 - ``COLL-MISMATCH-REFUSED`` (capability ``mismatch_detection``): members that disagree (different
   collectives, roots, split sizes, shapes, split lists) are refused on every member, naming the calls.
 - ``COLL-ABSENT-PEER``: a collective a member never joins raises on the members that did, within the group's
   timeout, as a timeout or naming the missing rank.
 
-Each refusal case runs on a group of its own with a short timeout (a backend may leave a group unusable after
-a refusal or a timeout), after a valid call of the same op on the world gave exact data (the positive control).
+Each refusal case runs on a group of its own (a backend may leave a group unusable after a refusal or a
+timeout), with a short timeout where a peer may wait, after a valid call of the same op on the world gave exact
+data (the positive control).
 Which rank misbehaves and which root is used come from a seeded plan (``cases.Plan``): the first, middle and
 last ranks always, and seeded samples.
 """
