@@ -25,7 +25,7 @@ KILLED = {  # mutant -> the requirement whose MUST fails first on it (judged at 
 }
 # the refusal's range text only ("valid group ranks are 0..{size - 1}"): SPLIT-VALIDATION runs that refusal and
 # rightly does not care
-EQUIVALENT = "simulator/backend.py:297:75:ReplaceBinaryOperator_Sub_BitAnd"
+EQUIVALENT = "simulator/backend.py:299:75:ReplaceBinaryOperator_Sub_BitAnd"
 JUDGED_BY = "SPLIT-VALIDATION,COAL-SYNC-RESULTS,COLL-ALLREDUCE-OPS"  # a few requirements keep the test short
 
 
