@@ -135,7 +135,10 @@ class FrameworkTarget(Target):
         self.name = f"framework-{builder}"
         self.builder, self.kwargs = builder, kwargs
         self.simulator = SimTarget(stack=stack)
-        self.stack = self.simulator.stack
+
+    @property
+    def stack(self) -> str:
+        return self.simulator.stack
 
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         return self.simulator.unavailable_reason(world_size)

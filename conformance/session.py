@@ -77,13 +77,13 @@ def load_bound_catalog() -> list[Requirement]:
     return catalog
 
 
-def load_target_expectations(target: str) -> list[Expectation]:
-    """The target's expectation entries; an entry naming a requirement the spec lacks is a SpecError."""
-    entries = load_expectations(target)
+def load_target_expectations(target_name: str) -> list[Expectation]:
+    """The expectation entries of target ``target_name``; one naming a requirement the spec lacks is a SpecError."""
+    entries = load_expectations(target_name)
     known = {r.id for r in load_catalog()}
     for entry in entries:
         if entry.requirement not in known:
-            raise SpecError(entry.file or f"{target}.toml", entry.requirement, "requirement",
+            raise SpecError(entry.file or f"{target_name}.toml", entry.requirement, "requirement",
                             "no such requirement in the spec")
     return entries
 
