@@ -189,7 +189,8 @@ def _new_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if bound.get("use_local_synchronization") and ranks is not None and dist.is_initialized():
         default = c10d._get_default_group()
         if (_is_sim(default) and default.bound_device_id is not None and dist.get_rank() in ranks
-                and (backend is None or str(backend).split(":")[-1] == default.getBackendName())):
+                and (backend is None or str(backend).split(":")[-1] == default.getBackendName()
+                     or default.new_group_via_split)):
             default.refuse_local_synchronization(sorted(ranks))
     return original(*args, **kwargs)
 
