@@ -117,10 +117,8 @@ class Target(abc.ABC):
     # The outside probes (names in conformance.probes.PROBES) the driver starts on every rank.
     probes: ClassVar[tuple[str, ...]] = ()
     traits: ClassVar[Traits] = Traits()
-    # Requirements about another design than this stack's, each with what holds here instead.
-    not_applicable: Mapping[str, str] = MappingProxyType({})
     # The NCCL stack the target runs (simulator.stacks.STACKS names them), where it runs one: requirements the
-    # spec skips on that stack (``skip_stacks``) skip here, naming it.
+    # spec skips on that stack (``skip_stacks``: about another design than this stack's) skip here, naming it.
     stack: str | None = None
     # Checks that must get rank processes of their own (conformance.runner.orchestrate.run_case).
     fresh_process_checks: ClassVar[frozenset[str]] = frozenset()
