@@ -4,16 +4,19 @@ on torchcomms options turned into hints), then judge every group it made.
 
 ``python -m conformance framework --builder MODULE:FUNCTION --world-size 8 [--kwargs JSON]``
 
-Every rank calls ``FUNCTION(**kwargs)`` after init; each ``torch.distributed.new_group`` call it
-makes is recorded (ranks, backend filter, pg_options, the group returned). Judged per group:
+Every rank calls ``FUNCTION(**kwargs)`` after init (the simulator's lazy backend, ``sim-lazy``, registered beside
+the world's as torch 2.15 registers ``nccl-lazy``); each ``torch.distributed.new_group`` and ``split_group`` call
+it makes is recorded (ranks, backend filter, pg_options, the group returned). Judged per group:
 
 - SPLIT-MEMBERSHIP: members get a group of exactly the ranks asked for (torch's view and the
   communicator's), an all_reduce over it gives the exact sum of those ranks, non-members get none;
 - SPLIT-BOUND-INHERIT: the group carries the parent's bound device and its communicator was split
-  from the parent's (not bootstrapped afresh) with the parent's device;
+  from the parent's (not bootstrapped afresh) with the parent's device (a group of another backend, gloo or
+  the lazy one, by the binding alone);
 - QUAL-SUBGROUP-FILTER: a backend filter, where one is given, is device-qualified ("cpu:sim", not
   "sim") and names only devices the parent serves;
-- HINT-TORCHCOMMS-OPTIONS: options given arrive in the communicator as torchcomms hints (torchcomms stack).
+- HINT-TORCHCOMMS-OPTIONS: options given arrive in the communicator as torchcomms hints (torchcomms stack; the
+  world's backend's groups).
 
 A judgement with nothing to judge (no filter, no options given) is a skip that says so.
 """
