@@ -183,7 +183,9 @@ def _split_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 def _new_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """new_group, refused at once on the members of a members-only group (``use_local_synchronization=True``)
     that would be split from a bound simulator world: the split needs every rank of the world, and the others
-    never call, so the members would wait out the timeout (what NCCL does: it hangs)."""
+    never call, so the members would wait out the timeout (what NCCL does: it hangs). A group of another simulator
+    backend is not split from the world, so it is let through, but where torch makes every new_group through
+    split_group (``new_group_via_split``: the torchcomms routing before 2.15)."""
     bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
     ranks, backend = bound.get("ranks"), bound.get("backend")
     if bound.get("use_local_synchronization") and ranks is not None and dist.is_initialized():
