@@ -132,11 +132,6 @@ class Target(abc.ABC):
         return Parts()
 
     @property
-    def not_applicable(self) -> Mapping[str, str]:
-        """Requirements about another design than this stack's, each with what holds here instead."""
-        return MappingProxyType({})
-
-    @property
     def stack(self) -> str | None:
         """The NCCL stack the target runs (simulator.stacks.STACKS names them), where it runs one: requirements
         the spec skips on that stack (``skip_stacks``) skip here, naming it."""

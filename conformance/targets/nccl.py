@@ -12,7 +12,7 @@ import itertools
 import os
 import socket
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -302,16 +302,6 @@ class NcclTarget(Target):
     def stack(self) -> str:
         """What this torch's "nccl" builds (``torch_compat.default_stack``)."""
         return default_stack()
-
-    @property
-    def not_applicable(self) -> Mapping[str, str]:
-        """Requirements about ProcessGroupNCCL's per-pair design, when "nccl" is not ProcessGroupNCCL."""
-        if not nccl_is_torchcomms_engine():
-            return {}
-        why = (f"torch {torch.__version__} builds 'nccl' as ProcessGroupNCCL2 (distributed_c10d.py:961-985), which "
-               "always binds a device (:820-848) and runs send/recv on the group's communicator; per-pair "
-               "communicators are its 'nccl-lazy' backend (set TORCH_DIST_USE_NCCL2=0 for ProcessGroupNCCL)")
-        return {"P2P-LAZY-PAIR-COMM": why, "P2P-LAZY-WARN-ONCE": why}
 
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         """None when this torch has CUDA and NCCL and NVML shows a GPU per local rank; never initialises CUDA.

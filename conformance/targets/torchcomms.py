@@ -81,17 +81,8 @@ class TorchcommsTarget(NcclTarget):
     features = NcclTarget.features | {"torchcomms"}
     parts = Parts(options=NcclOptionsPart(), config=TorchcommsConfigPart())
     c10d_records_launches = False
-    # Requirements about another design than this path's, with what holds here instead.
-    not_applicable = {
-        "P2P-LAZY-PAIR-COMM": "torchcomms' nccl backend runs send/recv on the group's own communicator in "
-                              "every mode (torchcomms nccl/TorchCommNCCL.cpp:433-475); per-pair 2-rank "
-                              "communicators are the separate 'nccl-lazy' backend (TorchCommNCCLLazy.cpp:3-12)",
-        "P2P-LAZY-WARN-ONCE": "no per-pair communicator is created on this path, so there is nothing to warn "
-                              "about (see P2P-LAZY-PAIR-COMM)",
-        "SPLIT-UNBOUND-REFUSED": "with torchcomms on, split_group does not need a bound default device and skips "
-                                 "that refusal (torch 2.13 distributed_c10d.py:5570-5573): each child is a "
-                                 "new_comm with its own device",
-    }
+    # the spec's skip_stacks entries for "torchcomms" say which requirements are about another design than this path's
+    stack = "torchcomms"
 
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         """None when torchcomms imports with what torch needs, torch enabled it, and CUDA is usable."""
