@@ -89,8 +89,8 @@ def test_pr5385_layout_on_torchcomms_per_torch_version() -> None:
             got["HINT-TORCHCOMMS-OPTIONS"][1], got
     else:
         outcome, detail = got["SPLIT-MEMBERSHIP"]
-        assert outcome == "error" and "ranks 0-3: NotImplementedError: new_group cannot delegate to split_group " \
-            "with use_local_synchronization=True" in detail, detail
+        assert outcome == "error" and "ranks 0-3 raised: NotImplementedError: new_group cannot delegate to " \
+            "split_group with use_local_synchronization=True" in detail, detail
     fixed = outcomes(framework.run(f"{BUILDERS}:pr5385", 4, {"pipeline_backend": None}, stack="torchcomms"))
     assert {k: v for k, (v, _) in fixed.items()} == dict.fromkeys(framework.CHECKS, "pass"), fixed
 

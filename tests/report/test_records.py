@@ -85,6 +85,8 @@ def test_the_most_severe_rank_decides_and_every_failing_rank_is_named():
     skips = [RankOutcome(r, Outcome.SKIP, "target lacks split") for r in range(4)]
     assert aggregate(skips) == (Outcome.SKIP, "target lacks split")
     assert merge_details([(0, "rank 0: x"), (1, "rank 0: x")]) == "rank 0: x; rank 0: x"  # another rank's words
+    raised = [(r, f"rank {r} raised: ValueError: x") for r in range(4)] + [(1, "rank 10 raised: y")]
+    assert merge_details(raised) == "ranks 0-3 raised: ValueError: x; rank 10 raised: y"
 
 
 def test_exit_codes():
