@@ -154,18 +154,18 @@ def _finish(run: SuiteRun, args: argparse.Namespace) -> ExitCode:
     return ExitCode.for_verdict(verdict)
 
 
-def _run_target(target: str, options: dict[str, Any] | None, args: argparse.Namespace) -> ExitCode:
+def _run_target(target_name: str, options: dict[str, Any] | None, args: argparse.Namespace) -> ExitCode:
     selection = Selection(areas=args.area, ids=args.requirement)
     try:  # bad input is exit 2, refused before anything runs; errors during the run itself are not
         total = len(selection.pick(load_bound_catalog())) * len(args.world_sizes)
-        make_target(target, options)
-        load_target_expectations(target)
+        make_target(target_name, options)
+        load_target_expectations(target_name)
         inputs.report_dir(args.report_dir)
     except ValueError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return ExitCode.BAD_INPUT
-    console.print(f"running {total} cases on target [bold]{target}[/] at world sizes {args.world_sizes}")
-    run = run_suite(target, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
+    console.print(f"running {total} cases on target [bold]{target_name}[/] at world sizes {args.world_sizes}")
+    run = run_suite(target_name, args.world_sizes, selection=selection, target_options=options, timeout_s=args.timeout,
                     progress=_progress(total), launcher=args.launcher)
     if not run.report:  # a non-zero rank of a torchrun job (rank 0 writes the report), or an interrupted job
         if run.interrupted:

@@ -1,31 +1,20 @@
-"""The framework front door: run a framework's own group builder on the simulator, under the
-rules of the stack the simulator models (``--stack``: a device-bound parent, subgroups split from it,
-on torchcomms options turned into hints), then judge every group it made.
+"""The framework front door: run a framework's own group builder on the simulator, under the rules of the
+stack the simulator models (``--stack``), and judge every group it made (ARCHITECTURE.md, "The framework
+front door", lists the judgements).
 
 ``python -m conformance framework --builder MODULE:FUNCTION --world-size 8 [--kwargs JSON]``
 
-Every rank calls ``FUNCTION(**kwargs)`` after init; each ``torch.distributed.new_group`` call it
-makes is recorded (ranks, backend filter, pg_options, the group returned). Judged per group:
-
-- SPLIT-MEMBERSHIP: members get a group of exactly the ranks asked for (torch's view and the
-  communicator's), an all_reduce over it gives the exact sum of those ranks, non-members get none;
-- SPLIT-BOUND-INHERIT: the group carries the parent's bound device and its communicator was split
-  from the parent's (not bootstrapped afresh) with the parent's device;
-- QUAL-SUBGROUP-FILTER: a backend filter, where one is given, is device-qualified ("cpu:sim", not
-  "sim") and names only devices the parent serves;
-- HINT-TORCHCOMMS-OPTIONS: options given arrive in the communicator as torchcomms hints (torchcomms stack).
-
-A judgement with nothing to judge (no filter, no options given) is a skip that says so.
+It sees the groups the builder makes through ``torch.distributed.new_group`` and ``split_group`` (the simulator's
+lazy backend, ``sim-lazy``, is registered beside the world's as torch 2.15 registers ``nccl-lazy``), and only what
+the simulator shows of them; groups made before the builder runs are not recorded.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,18 +22,23 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import simulator
 from conformance.outcomes import Outcome
-from conformance.report import RankOutcome, Result, write_report
-from conformance.report.build import build_report, now_iso
-from conformance.report.details import distinct_details, merge_details
-from conformance.report.environment import collect_environment
-from conformance.runner.forked import fork_and_collect
+from conformance.report import Result, write_report
+from conformance.report.details import distinct_details
+from conformance.runner.isolation import ProcessState
+from conformance.runner.messages import RankStatus
+from conformance.runner.orchestrate import aggregate, case_result, rank_outcome
+from conformance.runner.pool import RankPool, RankReport
 from conformance.spec import load_catalog
-from conformance.torch_compat import default_stack
+from conformance.targets.base import Driver, Target, WorldSpec
+from conformance.targets.sim import SimTarget
+from conformance.torch_compat import split_child_ranks
 from conformance.verdict import ExitCode
 from simulator.stacks import STACKS
 
 CHECKS = ("SPLIT-MEMBERSHIP", "SPLIT-BOUND-INHERIT", "QUAL-SUBGROUP-FILTER", "HINT-TORCHCOMMS-OPTIONS")
+TASK = "conformance.framework:observe_groups"
 
 
 def load_builder(spec: str) -> Callable[..., Any]:
@@ -60,30 +54,43 @@ def load_builder(spec: str) -> Callable[..., Any]:
 
 # ------------------------------------------------------------------------------ one rank
 class Recorder:
-    """Wraps torch.distributed.new_group while the builder runs and keeps every call."""
+    """Wraps torch.distributed.new_group and split_group while the builder runs and keeps every call (a
+    split_group call as the one group it gives this rank: the split holding it, or none)."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
-        self._original = dist.new_group
+        self._originals = {"new_group": dist.new_group, "split_group": dist.split_group}
+
+    def _keep(self, asked: list[int], backend: Any, options: Any, group: Any) -> Any:
+        self.calls.append({"ranks": asked, "backend": None if backend is None else str(backend),
+                           "options": options, "group": group})
+        return group
 
     def __enter__(self) -> Recorder:
-        original = self._original
+        new, split = self._originals["new_group"], self._originals["split_group"]
 
         def new_group(ranks: Any = None, timeout: Any = None, backend: Any = None, pg_options: Any = None,
                       *args: Any, **kwargs: Any) -> Any:
-            group = original(ranks, timeout, backend, pg_options, *args, **kwargs)
+            group = new(ranks, timeout, backend, pg_options, *args, **kwargs)
             asked = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
-            self.calls.append({"ranks": asked, "backend": None if backend is None else str(backend),
-                               "options": pg_options, "group": group})
-            return group
+            return self._keep(asked, backend, pg_options, group)
 
-        dist.new_group = new_group
-        dist.distributed_c10d.new_group = new_group
+        def split_group(parent_pg: Any = None, split_ranks: Any = None, timeout: Any = None, pg_options: Any = None,
+                        group_desc: Any = None, backend: Any = None, **kwargs: Any) -> Any:
+            group = split(parent_pg, split_ranks, timeout, pg_options, group_desc, backend, **kwargs)
+            rank = dist.get_rank()
+            mine = next((split_child_ranks(list(s)) for s in split_ranks or [] if rank in s), [])
+            return self._keep(mine, backend, pg_options, group)
+
+        for name, wrapper in (("new_group", new_group), ("split_group", split_group)):
+            setattr(dist, name, wrapper)
+            setattr(dist.distributed_c10d, name, wrapper)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        dist.new_group = self._original
-        dist.distributed_c10d.new_group = self._original
+        for name, original in self._originals.items():
+            setattr(dist, name, original)
+            setattr(dist.distributed_c10d, name, original)
 
 
 def _qualified(backend: str | None, devices: set[str]) -> str | None:
@@ -137,43 +144,65 @@ def observe(call: dict[str, Any], rank: int, world: Any) -> dict[str, Any]:
     return seen
 
 
-def rank_main(rank: int, n: int, port: int, builder: str, kwargs: dict[str, Any], timeout_s: float,
-              stack: str) -> list[dict]:
-    """Init a bound simulator world modelling ``stack``, run the builder, observe its groups."""
-    import simulator
+class FrameworkTarget(Target):
+    """The description a framework run reports as: the simulator modelling ``stack``, named after the builder."""
 
-    torch.set_num_threads(1)
-    simulator.register(stack=stack)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
-    dist.init_process_group("cpu:sim", store=store, rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=timeout_s))
-    world = dist.group.WORLD
-    simulator.bind_device(world)
+    def __init__(self, builder: str, kwargs: dict[str, Any], stack: str) -> None:
+        self.name = f"framework-{builder}"
+        self.builder, self.kwargs = builder, kwargs
+        self.simulator = SimTarget(stack=stack)
+
+    @property
+    def stack(self) -> str:
+        return self.simulator.stack
+
+    def unavailable_reason(self, world_size: int = 1) -> str | None:
+        return self.simulator.unavailable_reason(world_size)
+
+    def driver(self) -> Driver:
+        return self.simulator.driver()
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self.simulator.capabilities
+
+    def environment(self) -> dict[str, Any]:
+        return {"builder": self.builder, "kwargs": self.kwargs, "stack": self.stack}
+
+    def cleanup(self, scratch: str) -> None:
+        self.simulator.cleanup(scratch)
+
+
+def observe_groups(rank: int, world_size: int, store: dist.Store, builder: str, kwargs: dict[str, Any],
+                   timeout_s: float, stack: str) -> list[dict[str, Any]]:
+    """The pool task of one rank: a bound simulator world modelling ``stack`` (the sim target's driver), the
+    builder run in it, what this rank observes of every group it made."""
+    state = ProcessState.capture()
+    driver = SimTarget(stack=stack).driver()
     try:
+        driver.setup(rank, world_size)
+        simulator.register(simulator.LAZY_BACKEND_NAME, stack="nccl-lazy")  # as torch 2.15 registers nccl-lazy
+        world = driver.init_world(store, rank, world_size, WorldSpec(mode="eager"), timeout_s)
         with Recorder() as recorder:
             load_builder(builder)(**kwargs)
         return [observe(call, rank, world) for call in recorder.calls]
     finally:
-        dist.destroy_process_group()
+        try:
+            driver.teardown()
+        finally:
+            state.restore()
 
 
-def _child(rank: int, n: int, ports: Any, builder: str, kwargs: dict[str, Any], timeout_s: float, stack: str,
-           q: Any) -> None:
+def run_ranks(target: FrameworkTarget, world_size: int, timeout_s: float) -> list[RankReport]:
+    """Run ``observe_groups`` on a rank pool of its own (the runner's: crashes, hangs and peers of a failed
+    rank are reported as in a check)."""
+    pool = RankPool(world_size)
+    pool.on_kill(target.name, target.cleanup)
     try:
-        q.put((rank, "ok", rank_main(rank, n, ports.get(timeout=30), builder, kwargs, timeout_s, stack)))
-    except BaseException:  # noqa: BLE001 - reported in the results
-        q.put((rank, "err", traceback.format_exc()[-2000:]))
-
-
-def run_ranks(builder: str, n: int, kwargs: dict[str, Any], timeout_s: float,
-              stack: str) -> dict[int, tuple[str, Any]]:
-    """Fork n ranks over a loopback TCPStore; {rank: ("ok", observations) | ("err", text)}."""
-    results, procs = fork_and_collect(n, _child,
-                                      lambda r, ports, q: (r, n, ports, builder, kwargs, timeout_s, stack, q),
-                                      deadline_s=timeout_s * 4)
-    for r, p in enumerate(procs):
-        results.setdefault(r, ("err", f"rank {r} exited with code {p.exitcode} without a result"))
-    return results
+        return pool.run(TASK, {"builder": target.builder, "kwargs": target.kwargs, "timeout_s": timeout_s,
+                               "stack": target.stack}, timeout_s * 4)
+    finally:
+        pool.close()
 
 
 # ---------------------------------------------------------------------------- judgements
@@ -201,9 +230,11 @@ def _binding(obs: dict[str, Any], rank: int) -> list[str]:
     problems = []
     if obs["bound"] != obs["parent_bound"]:
         problems.append(f"{where}: expected bound device {obs['parent_bound']}, observed {obs['bound']}")
+    if not _simulator_group(obs["backend"]):
+        # another backend's group (gloo; the lazy pipeline backend, made by its members alone): not split from
+        # the world's communicator by design, so judged by the binding it shows
+        return problems
     if "comm_mode" not in obs:
-        if not _simulator_group(obs["backend"]):  # another backend's group (gloo): judged by the binding it shows
-            return problems
         return [*problems, f"{where}: no simulator communicator to inspect"]
     if obs["comm_mode"] != "split" or obs["comm_parent"] != obs["parent_comm"]:
         problems.append(f"{where}: expected a communicator split from {obs['parent_comm']}, observed mode "
@@ -223,7 +254,7 @@ def _filter(obs: dict[str, Any], rank: int) -> list[str]:
 
 
 def _options(obs: dict[str, Any], rank: int) -> list[str]:
-    if not (obs["options_given"] and obs["member"] and obs["got_group"]):
+    if not (obs["options_given"] and obs["member"] and obs["got_group"] and _simulator_group(obs["backend"])):
         return []
     expected = obs.get("expected_hints")
     if not isinstance(expected, dict):
@@ -254,30 +285,33 @@ def _nothing_to_judge(rid: str, groups: list[dict[str, Any]], stack: str) -> str
     return None
 
 
-def judge(results: dict[int, tuple[str, Any]], n: int, duration_s: float, target: str,
-          stack: str = "torchcomms") -> list[Result]:
-    """One Result per judged requirement, over every rank's observations."""
+def judge(reports: list[RankReport], target: FrameworkTarget, duration_s: float) -> list[Result]:
+    """One Result per judged requirement, over every rank's observations; a rank that did not return its
+    observations (the builder raised, a rank crashed or hung) makes each an error naming how."""
     catalog = {r.id: r for r in load_catalog()}
-    errors = {r: v for r, (s, v) in results.items() if s != "ok"}
+    n = len(reports)
+    # the ranks that failed, those the pool abandoned after them last
+    failed = [rank_outcome(rep) for rep in sorted(reports, key=lambda rep: rep.status is RankStatus.ABORTED)
+              if rep.status is not RankStatus.OK]
+    observed = {rep.rank: rep.value for rep in reports}
     out = []
     for rid in CHECKS:
         req = catalog[rid]
-        row = {"requirement": rid, "area": req.area, "level": req.level, "world_size": n,
-               "duration_s": duration_s, "target": target}
-        if errors:
-            ranks = [RankOutcome(r, Outcome.ERROR, f"rank {r}: {text.strip().splitlines()[-1]}", text)
-                     for r, text in sorted(errors.items())]
-            detail = merge_details((r.rank, r.detail) for r in ranks)
-            out.append(Result(outcome=Outcome.ERROR, detail=f"the builder failed: {detail}", ranks=ranks, **row))
+        if failed:
+            out.append(case_result(req, target.name, n, Outcome.ERROR,
+                                   f"the builder failed: {aggregate(failed)[1]}", duration_s, failed))
             continue
-        groups = results[0][1]
-        skip = _nothing_to_judge(rid, groups, stack)
+        groups = observed[0]
+        skip = _nothing_to_judge(rid, groups, target.stack)
         if skip:
-            out.append(Result(outcome=Outcome.SKIP, detail=skip, **row))
+            out.append(case_result(req, target.name, n, Outcome.SKIP, skip, duration_s))
             continue
-        problems = distinct_details((r, p) for r in range(n) for obs in results[r][1] for p in JUDGES[rid](obs, r))
-        detail = "; ".join(problems[:20]) if problems else f"{len(groups)} groups judged on {n} ranks"
-        out.append(Result(outcome=Outcome.FAIL if problems else Outcome.PASS, detail=detail, **row))
+        problems = distinct_details((r, p) for r in range(n) for obs in observed[r] for p in JUDGES[rid](obs, r))
+        others = sum(rid == "HINT-TORCHCOMMS-OPTIONS" and not _simulator_group(g["backend"]) for g in groups)
+        detail = "; ".join(problems[:20]) if problems else f"{len(groups) - others} groups judged on {n} ranks"
+        if others:  # the simulator turns options into hints on its torchcomms stack's own groups only
+            detail += f" ({others} of another backend not judged: the simulator has no torchcomms routing for them)"
+        out.append(case_result(req, target.name, n, Outcome.FAIL if problems else Outcome.PASS, detail, duration_s))
     return out
 
 
@@ -297,30 +331,28 @@ def run(builder: str, world_size: int, kwargs: dict[str, Any], timeout_s: float 
         stack: str = "") -> list[Result]:
     """Run the builder on ``world_size`` simulator ranks modelling ``stack`` (default: what this torch's
     ``nccl`` means) and judge its groups."""
-    stack = stack or default_stack()
     load_builder(builder)  # fail fast, in the parent, on a bad spec
     if not isinstance(kwargs, dict):
         raise ValueError(f"--kwargs must be a JSON object, got {kwargs!r}")
+    target = FrameworkTarget(builder, kwargs, stack)
     start = time.monotonic()
-    results = run_ranks(builder, world_size, kwargs, timeout_s, stack)
-    return judge(results, world_size, time.monotonic() - start, f"framework-{builder}", stack)
+    reports = run_ranks(target, world_size, timeout_s)
+    return judge(reports, target, time.monotonic() - start)
 
 
 def cmd_framework(args: argparse.Namespace) -> int:
-    """Entry point of ``python -m conformance framework``."""
-    from conformance.session import statements
+    """Entry point of ``python -m conformance framework``: the report goes through ``session.finish_run``."""
+    from conformance.session import SuiteRun, finish_run, statements
 
+    suite = SuiteRun(generation=None)  # started now; the builder's groups are judged as made: no generated cases
     try:
-        started = now_iso()
-        results = run(args.builder, args.world_size, args.kwargs, args.timeout, args.stack)
+        suite.results = run(args.builder, args.world_size, args.kwargs, args.timeout, args.stack)
     except ValueError as exc:
         print(f"error: {exc}")
         return ExitCode.BAD_INPUT
-    target = f"framework-{args.builder}"
-    extra = {"builder": args.builder, "kwargs": args.kwargs, "stack": args.stack or default_stack()}
-    report = build_report(target, results, collect_environment(extra), started=started)
+    report = finish_run(suite, FrameworkTarget(args.builder, args.kwargs, args.stack)).report
     json_path, md_path = write_report(report, args.report_dir, statements())
-    for r in results:
+    for r in suite.results:
         print(f"{r.requirement:<26} {r.outcome:<6} {r.detail[:200]}")
     print(f"verdict: {report['verdict']}  report: {json_path} {md_path}")
     return ExitCode.for_verdict(report["verdict"])

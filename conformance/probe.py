@@ -1,27 +1,9 @@
 """The probe: what a target lets a check observe about communicators and launches.
 
-Events are plain dicts with a ``kind`` key. The kinds and their fields:
-
-- ``comm_created``: comm (id), group (group name or None), members (global ranks,
-  sorted), parent (comm id or None), mode ("eager", "lazy", "split", "p2p"),
-  device (str or None), config (dict of effective options), backend (name)
-- ``comm_destroyed``: comm
-- ``launch``: comm, op (e.g. "allreduce", "send"), ops (number of ops in this launch),
-  stream (stream id), device, backend, coalesced (bool), and optionally group (the group name:
-  a non-cooperative probe sees the group a call was issued on, not the backend's communicator,
-  and records the group name as comm too)
-- ``config_applied``: comm, config (dict)
-- ``warning``: message, category
-These kind names are the one vocabulary for what can be seen: a probe lists the kinds it
-records in ``Probe.observes``, and a target whose probe records kind ``k`` has the capability
-``observing(k)`` = ``"observe:k"``, the name the spec's requirements use. A check that needs a
-kind the probe cannot see reports not-observable.
-
-Positive controls: a probe may also have ``control_missing(kind)``, returning None once it has
-shown, in this run, that it sees events of ``kind`` (the world communicator being made, a
-launch of the check's own traffic), else a sentence saying what it has not seen. A check that
-claims something did NOT happen calls ``control_missing(probe, kind)`` below first and reports
-not-observable when it returns a reason. The probes in conformance.probes all have it.
+Events are plain dicts with a ``kind`` key (``EVENT_KINDS``); a target whose probe records kind ``k`` has
+capability ``observe:k``. The fields of each kind and the positive controls: conformance/probes/README.md
+("Events"). A probe cannot report what it has not shown it sees: a check asserting absence asks
+``control_missing`` first.
 """
 
 from __future__ import annotations

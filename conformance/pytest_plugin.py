@@ -29,7 +29,7 @@ from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
 from conformance.session import SuiteRun, finish_run, judge, load_bound_catalog, load_target_expectations, statements
 from conformance.spec import Requirement
-from conformance.targets import available_targets
+from conformance.targets import available_targets, make_target
 from conformance.targets.registry import BUILTIN, target_class
 from simulator.stacks import STACKS
 
@@ -156,9 +156,10 @@ class _Collector:
         ran_to_the_end = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
         if not ran_to_the_end or session.shouldstop or session.shouldfail or self.finished < session.testscollected:
             self.interrupted = True
-        for target, run in self.runs.items():
+        for target_name, run in self.runs.items():
             run.interrupted = self.interrupted
-            write_report(finish_run(run, target, _target_options(target, self.stack)).report, self.report_dir,
+            target = make_target(target_name, _target_options(target_name, self.stack))
+            write_report(finish_run(run, target, load_target_expectations(target_name)).report, self.report_dir,
                          statements())
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from conformance.runner.inprocess import run_requirements
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
 from conformance.spec import Requirement, SpecError, load_catalog
-from conformance.targets import CAPABILITIES, make_target
+from conformance.targets import CAPABILITIES, Target, make_target
 
 Progress = Callable[[Result], None]
 
@@ -58,6 +58,8 @@ class SuiteRun:
     report: dict[str, Any] = field(default_factory=dict)
     stale: list[dict[str, Any]] = field(default_factory=list)
     out_of_range: list[dict[str, Any]] = field(default_factory=list)
+    # The seed and budget of the generated data cases (None: a run without any, e.g. the framework's).
+    generation: dict[str, int] | None = field(default_factory=lambda: Generation.from_env().to_json())
 
 
 def load_bound_catalog() -> list[Requirement]:
@@ -75,13 +77,13 @@ def load_bound_catalog() -> list[Requirement]:
     return catalog
 
 
-def load_target_expectations(target: str) -> list[Expectation]:
-    """The target's expectation entries; an entry naming a requirement the spec lacks is a SpecError."""
-    entries = load_expectations(target)
+def load_target_expectations(target_name: str) -> list[Expectation]:
+    """The expectation entries of target ``target_name``; one naming a requirement the spec lacks is a SpecError."""
+    entries = load_expectations(target_name)
     known = {r.id for r in load_catalog()}
     for entry in entries:
         if entry.requirement not in known:
-            raise SpecError(entry.file or f"{target}.toml", entry.requirement, "requirement",
+            raise SpecError(entry.file or f"{target_name}.toml", entry.requirement, "requirement",
                             "no such requirement in the spec")
     return entries
 
@@ -111,7 +113,7 @@ def fixed_upstream(results: list[Result], torch_version: str | None = None) -> l
 
 
 def run_suite(
-    target: str,
+    target_name: str,
     world_sizes: Iterable[int],
     *,
     selection: Selection | None = None,
@@ -121,7 +123,7 @@ def run_suite(
     progress: Progress | None = None,
     launcher: str = "pool",
 ) -> SuiteRun:
-    """Run the selected requirements on ``target`` at each world size and build the report.
+    """Run the selected requirements on target ``target_name`` at each world size and build the report.
 
     ``launcher="env"`` runs in-process as one rank of a torchrun job (the world size is torchrun's);
     only rank 0 gets a report. Ctrl-C (or SIGTERM with ``interrupts.install()``) stops the run: what finished
@@ -129,18 +131,19 @@ def run_suite(
     """
     catalog = load_bound_catalog()
     chosen = (selection or Selection()).pick(catalog)
+    target, expectations = make_target(target_name, target_options), load_target_expectations(target_name)
     run = SuiteRun()
     if launcher == "env":
         try:
             with interrupts.raising():
-                results = run_requirements(chosen, target, target_options, timeout_s)
+                results = run_requirements(chosen, target_name, target_options, timeout_s)
         except KeyboardInterrupt:  # the job's ranks stop together; rank 0 has no complete set to report
             run.interrupted = True
             return run
         if results is None:
             return run
         run.results = results
-        return finish_run(run, target, target_options)
+        return finish_run(run, target, expectations)
     sizes = sorted(set(world_sizes))
     own_pools = pools is None
     pools = pools or PoolSet()
@@ -148,7 +151,8 @@ def run_suite(
         with interrupts.raising():
             for req in chosen:
                 for n in sizes:
-                    result = run_case(pools, req, target, n, target_options=target_options, timeout_s=timeout_s)
+                    result = run_case(pools, req, target_name, n, target_options=target_options,
+                                      timeout_s=timeout_s)
                     if interrupts.requested():  # a signal during the case: its result is not to be trusted
                         raise KeyboardInterrupt(interrupts.requested())
                     run.results.append(result)
@@ -163,7 +167,7 @@ def run_suite(
     finally:
         if own_pools:
             pools.close()
-    return finish_run(run, target, target_options)
+    return finish_run(run, target, expectations)
 
 
 def judge(results: list[Result], expectations: list[Expectation]) -> tuple[list[Result], list[dict[str, Any]]]:
@@ -173,17 +177,18 @@ def judge(results: list[Result], expectations: list[Expectation]) -> tuple[list[
     return fixed_upstream(results), stale
 
 
-def finish_run(run: SuiteRun, target: str, target_options: dict[str, Any] | None = None) -> SuiteRun:
-    """Judge the run's results and build its report: the one path of the CLI, torchrun and pytest.
+def finish_run(run: SuiteRun, target: Target, expectations: Sequence[Expectation] = ()) -> SuiteRun:
+    """Judge the run's results against ``expectations`` (the target's known failures,
+    ``load_target_expectations``) and build the report of ``target``: the one path of the CLI, torchrun, pytest
+    and the framework front door.
 
     ``run.results`` are the cases as they ran; afterwards they are as the report states them.
     """
-    expectations = load_target_expectations(target)
-    run.results, run.stale = judge(run.results, expectations)
-    run.out_of_range = out_of_range(expectations)
-    stack = make_target(target, target_options)
-    environment = collect_environment(stack.environment())
-    run.report = build_report(stack.name, run.results, environment, interrupted=run.interrupted, started=run.started,
-                              stale_waivers=run.stale, out_of_range_waivers=run.out_of_range,
-                              capabilities=stack.capabilities, generation=Generation.from_env().to_json())
+    run.results, run.stale = judge(run.results, list(expectations))
+    run.out_of_range = out_of_range(list(expectations))
+    environment = collect_environment(target.environment())
+    run.report = build_report(target.name, run.results, environment, interrupted=run.interrupted,
+                              started=run.started, stale_waivers=run.stale, out_of_range_waivers=run.out_of_range,
+                              capabilities=target.capabilities, generation=run.generation)
     return run
+

@@ -11,6 +11,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from simulator import defects, faults, stacks
@@ -22,10 +23,13 @@ from simulator.parts import register_backend
 from simulator.shim import bind_device, install, uninstall, virtual_device
 
 BACKEND_NAME = "sim"
+#: the name a caller registers the ``nccl-lazy`` stack under beside a world of another stack, as torch 2.15
+#: registers ``nccl-lazy`` beside ``nccl`` (v2.15.0 distributed_c10d.py:1015): its groups are its own
+LAZY_BACKEND_NAME = "sim-lazy"
 
 __all__ = [
-    "BACKEND_NAME", "LOG", "ConfigError", "SimOptions", "SimProcessGroup", "SimSettings", "bind_device",
-    "defects", "faults", "register", "stacks", "unregister", "virtual_device",
+    "BACKEND_NAME", "LAZY_BACKEND_NAME", "LOG", "ConfigError", "SimOptions", "SimProcessGroup", "SimSettings",
+    "bind_device", "defects", "faults", "register", "stacks", "unregister", "virtual_device",
 ]
 
 
@@ -39,7 +43,7 @@ def register(name: str = BACKEND_NAME, *, stack: str = "nccl-legacy", defects: I
     also says what ``consulted`` records): register again to change them. SIM_FAULT is read now too
     (``faults.arm``). Returns the settings registered.
     """
-    settings = resolve(stack, defects, consulted)
+    settings = dataclasses.replace(resolve(stack, defects, consulted), name=name)
     register_backend(name, creator(settings), settings.parts)
     faults.arm()
     install()

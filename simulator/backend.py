@@ -37,8 +37,10 @@ LAZY_P2P_WARNING = (
 class SimSettings:
     """What a simulator backend models, fixed when it is registered (``simulator.defects.resolve``): the
     ``stack`` it models, the planted ``defects`` by name, and the classes both resolve to (``group``, the
-    process group class; ``parts``, the rest). A world keeps its creator's; its subgroups keep the world's."""
+    process group class; ``parts``, the rest), under the backend ``name`` it is registered as. A world keeps its
+    creator's; its subgroups keep the world's, but for a group of another simulator backend (another name)."""
 
+    name: str = "sim"
     stack: str = "nccl-legacy"
     defects: frozenset[str] = frozenset()
     group: type[SimProcessGroup] | None = None
@@ -94,8 +96,8 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # --- identity --------------------------------------------------------------------------
     def getBackendName(self) -> str:
-        """The backend's name."""
-        return "sim"
+        """The backend's name (the one it was registered as)."""
+        return self._settings.name
 
     def setGroupName(self, name: str) -> None:
         """Called by torch with the group's name."""
@@ -151,6 +153,10 @@ class SimProcessGroup(dist.ProcessGroup):
     def creation_binding(self, bound: Any) -> Any:
         """The device the group is bound to when created: the one torch bound it to (``device_id=``), if any."""
         return bound
+
+    #: whether torch's front end makes every new_group of this world through split_group, whatever its backend
+    #: (the torchcomms routing): then a members-only group is refused for every backend, not only the world's
+    new_group_via_split = False
 
     def refuse_local_synchronization(self, ranks: list[int]) -> None:
         """Refuse a members-only new_group (``use_local_synchronization=True``) of ``ranks`` in this bound world:
@@ -629,15 +635,20 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
         return world
     world = dist.distributed_c10d._get_default_group()
     if not isinstance(world, SimProcessGroup):
-        raise RuntimeError("simulator: a 'sim' subgroup needs a 'sim' default group")
+        raise RuntimeError(f"simulator: a '{settings.name}' subgroup needs a simulator default group")
+    # a group of another simulator backend (torch 2.15 registers nccl-lazy beside nccl, v2.15.0
+    # distributed_c10d.py:1015) is that backend's own: never split from the world's communicator, its own
+    # bootstraps among its members (eagerly where torch binds it), so its members alone may create it
+    other = settings.name != world.settings.name
+    own = settings if other else world.settings
     options = pg_options
     if options is not None:
-        options = world.settings.parts.creator.subgroup_options(options)
-    group = type(world)(store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store,
-                        prefix=world._prefix, root=world._root, namespace=world._namespace,
-                        settings=world.settings)
+        options = own.parts.creator.subgroup_options(options)
+    group = (own.group_class if other else type(world))(
+        store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store, prefix=world._prefix,
+        root=world._root, namespace=world._namespace, settings=own)
     group.bound_device_id = bound
-    if world.bound_device_id is not None:
+    if world.bound_device_id is not None and not other:
         group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
         if group._comm is not None:
             group._comm.retime(timeout_s)

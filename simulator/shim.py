@@ -1,38 +1,10 @@
 """The narrowest shim that lets torch's own front end bind, split and new_group a simulator world.
 
-The binding is ``cpu:0`` on every supported torch (2.11-2.15): the device the simulator's data
-lives on, and one every other CPU backend has a leg for, so a ``new_group(backend="gloo")``
-made in a bound simulator world is bound to a device gloo serves (real clients such as
-Megatron's ``initialize_model_parallel`` make such groups; with the earlier ``meta:0`` binding
-torch's eager connect asked gloo for a ``meta`` backend and failed). How a world gets bound:
-torch 2.15 binds through ``init_process_group(device_id=cpu:0)`` itself; on 2.11-2.14 that call
-works through the backport (2), and ``bind_device`` works on every version. What is patched:
-
-1. ``bind_device(pg)`` sets ``pg.bound_device_id = cpu:0`` and asks the simulator to create the
-   group communicator now, exactly what torch's init does after ``device_id=`` (torch 2.15
-   accepts ``init_process_group(device_id=cpu:0)`` itself; the simulator's creator then keeps
-   the binding torch put on the group it replaces).
-2. torch < 2.15 only: ``_new_process_group_helper`` refuses a ``cpu`` device_id ("must be an
-   accelerator with an index"), which new_group passes on from a bound default group. The
-   wrapper calls it unbound and then does what 2.15 does with a cpu device_id: sets
-   ``bound_device_id`` and connects eagerly when the group's backend supports splitting.
-3. torch >= 2.14 only: ``_get_split_source`` returns the simulator's group itself (a Python ``ProcessGroup``);
-   torch >= 2.14 stores it in ``_DistributedBackendOptions.split_from``, which only takes a c10d
-   ``Backend``. The wrapper hands torch a ``SplitSource`` (a ``dist.Backend`` that forwards
-   ``perform_nocolor_split`` and ``eager_connect_single_device`` to the group) instead.
-4. ``torch.distributed.split_group`` (and the distributed_c10d attribute) is wrapped. Only while
-   a split of a *simulator* group runs: torch < 2.15 looks the parent's backend up by the
-   current accelerator and refuses when there is none, so ``torch.accelerator`` reports ``cpu``
-   as available; torch >= 2.15 looks it up through ``parent_pg._device_types``, which is empty
-   for a Python ``ProcessGroup``, so the simulator's groups report ``[cpu]`` there. Every check
-   torch makes before and after runs unchanged; other backends' splits call torch untouched.
-
-5. torch < 2.14 only: ``batch_isend_irecv`` on a simulator group runs as one coalesced block, as 2.14
-   runs it (``simulator/batch.py``): op by op, a receive listed first blocked its pair's stream.
-
-``uninstall()`` restores every original. Every replacement goes through one undo stack
-(``simulator.patches.Patches``); the accelerator answers of (4) are scoped to the thread running the
-split, so the simulator's stream threads, and every other thread, keep seeing torch's own.
+``bind_device`` binds a world to ``cpu:0``; ``install()`` patches, per torch version, only the front-end steps
+that gate a path behind an accelerator (the binding backport, ``_get_split_source``, ``split_group``,
+``batch_isend_irecv`` before 2.14; simulator/README.md, "The binding and the shim", says why each) and
+``uninstall()`` restores every original through one undo stack (``simulator.patches.Patches``). It cannot see
+groups of other backends: their splits and new_groups run torch untouched.
 """
 
 from __future__ import annotations
@@ -183,13 +155,16 @@ def _split_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 def _new_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """new_group, refused at once on the members of a members-only group (``use_local_synchronization=True``)
     that would be split from a bound simulator world: the split needs every rank of the world, and the others
-    never call, so the members would wait out the timeout (what NCCL does: it hangs)."""
+    never call, so the members would wait out the timeout (what NCCL does: it hangs). A group of another simulator
+    backend is not split from the world, so it is let through, but where torch makes every new_group through
+    split_group (``new_group_via_split``: the torchcomms routing before 2.15)."""
     bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
     ranks, backend = bound.get("ranks"), bound.get("backend")
     if bound.get("use_local_synchronization") and ranks is not None and dist.is_initialized():
         default = c10d._get_default_group()
         if (_is_sim(default) and default.bound_device_id is not None and dist.get_rank() in ranks
-                and (backend is None or str(backend).split(":")[-1] == default.getBackendName())):
+                and (backend is None or str(backend).split(":")[-1] == default.getBackendName()
+                     or default.new_group_via_split)):
             default.refuse_local_synchronization(sorted(ranks))
     return original(*args, **kwargs)
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from packaging.version import Version
+
 from simulator.backend import SimProcessGroup
 from simulator.comm import Communicator
 from simulator.config import TORCHCOMMS_HINT_KEYS, SimOptions, options_to_hints, parse_hints
-from simulator.shim import virtual_device
+from simulator.shim import TORCH, virtual_device
 
 
 class _Absent:
@@ -86,6 +88,9 @@ class TorchcommsPath(_AlwaysBound):
     of a split takes part with no colour (torchcomms' ``split([])``)."""
 
     perform_nocolor_split = SimProcessGroup.perform_nocolor_split
+    # torch 2.13 makes every new_group (every backend's but "fake") through split_group on this routing (v2.13.0
+    # distributed_c10d.py:5836-5862); 2.15 makes subgroups with new_comm instead (v2.15.0 :7130-7136, :3015-3024)
+    new_group_via_split = Version("2.15") > TORCH
 
     def refuse_local_synchronization(self, ranks: list[int]) -> None:
         """torch 2.13's torchcomms routing delegates new_group to split_group and refuses a members-only group

@@ -40,7 +40,7 @@ def test_reading_a_description_leaves_the_process_alone(name: str) -> None:
     mode = _get_current_dispatch_mode()
     target = make_target(name)
     assert target.unavailable_reason(2) is None
-    _ = (target.capabilities, target.declared, target.not_applicable, target.environment(), target.gpu)
+    _ = (target.capabilities, target.declared, target.stack, target.environment(), target.gpu)
     assert _get_current_dispatch_mode() is mode  # no launch probe started
     assert not dist.is_initialized()
     assert name != "sim" or not dist.is_backend_available("sim")

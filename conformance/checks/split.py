@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 
@@ -136,6 +138,33 @@ def newgroup_singleton(ctx: CheckContext) -> None:
         ctx.expect(group == dist.GroupMember.NON_GROUP_MEMBER, "new_group([0]) on a non-member",
                    "GroupMember.NON_GROUP_MEMBER", group)
     expect_allreduce_members(ctx, dist.group.WORLD, list(range(ctx.world_size)), "world after new_group([0])")
+
+
+@check("SPLIT-NEWGROUP-NONMEMBERS")
+def newgroup_nonmembers(ctx: CheckContext) -> None:
+    """An eager new_group every rank calls, leaving the last rank out (and, from 3 ranks, the first too):
+    members get a working group of exactly those ranks, non-members NON_GROUP_MEMBER. Made with torch's own
+    new_group (not CheckContext.new_group, which makes such groups with split_group where a stack needs it)."""
+    ctx.init_world("eager")
+    n = ctx.world_size
+    timeout = timedelta(seconds=ctx.timeout_s)
+    shapes = [list(range(n - 1))] + ([list(range(1, n - 1))] if n >= 3 else [])
+    for ranks in shapes:
+        role = "member" if ctx.rank in ranks else "non-member"
+        try:
+            group = dist.new_group(ranks, timeout=timeout)
+        except Exception as exc:
+            raise CheckFailed(f"rank {ctx.rank}: new_group({ranks}) on a {role}: expected "
+                              f"{'a ProcessGroup' if role == 'member' else 'GroupMember.NON_GROUP_MEMBER'}, observed "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if ctx.rank in ranks:
+            ctx.expect(isinstance(group, dist.ProcessGroup), f"new_group({ranks}) on a member", "a ProcessGroup", group)
+            ctx.expect_equal(f"new_group({ranks}): its ranks", ranks, dist.get_process_group_ranks(group))
+            expect_allreduce_members(ctx, group, ranks, f"new_group({ranks})")
+        else:
+            ctx.expect(group == dist.GroupMember.NON_GROUP_MEMBER, f"new_group({ranks}) on a non-member",
+                       "GroupMember.NON_GROUP_MEMBER", group)
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after the new_groups")
 
 
 @check("SPLIT-VALIDATION")

@@ -1,30 +1,8 @@
-"""Turn a torch flight-recorder dump into ``launch`` events.
+"""Turn a torch flight-recorder dump into ``launch`` events (a coalescing block is one launch of its ops).
 
-The dump is what ``torch._C._distributed_c10d._dump_nccl_trace()`` (CUDA builds) or
-``_dump_fr_trace()`` return: a pickled dict, or JSON from the ``*_json`` variants, with
-``version``, ``pg_config``, ``pg_status`` and ``entries``. Each entry has ``record_id``,
-``process_group`` ((name, desc)), ``profiling_name`` ("nccl:all_reduce",
-"nccl:send 0->1", "nccl:coalesced", "nccl:allreduce_coalesced", ...),
-``collective_seq_id``, ``p2p_seq_id``, ``is_p2p``, ``input_sizes`` and ``state``.
-
-How launches are formed: ProcessGroupNCCL records each op of a coalescing block (a
-``_coalescing_manager`` block or a batch_isend_irecv) and ends the block with a
-``<backend>:coalesced`` entry; that is one launch with ``ops`` = the number of member
-entries. Members of a collective block share the closing entry's collective_seq_id; members
-of a P2P batch share one p2p_seq_id, and the closing entry of a batch is not reliably marked
-p2p nor given a fresh collective_seq_id, so the kind of a block is taken from its last
-member. A ``*_coalesced`` entry (the tensor-list fast path) is one launch with ``ops`` = its
-number of input tensors. Any other entry is one launch of one op.
-
-How the communicator is named: as every launch source names it (conformance.probes.launches,
-and the NCCL probe, which reads these): ``group`` is the torch process group's name
-(``group_name``, what the entry's ``process_group[0]`` is), and ``comm`` is the finest identity
-the source knows; here that is the same name, since the recorder keys entries by process group.
-
-What it cannot see: which NCCL communicator ran the op (a P2P pair communicator is not
-told apart from the group's own), the stream, and entries the ring buffer
-(TORCH_FR_BUFFER_SIZE) has already overwritten. Gloo records a coalesced block as one
-plain entry with several input sizes and no marker, so it reads as one non-coalesced op.
+The dump's format and how launches and communicators are named: conformance/targets/README.md ("Reading torch's
+flight recorder"). It cannot see which NCCL communicator ran an op, the stream, entries the ring buffer
+overwrote, or gloo's coalesced blocks (recorded as one plain entry).
 """
 
 from __future__ import annotations

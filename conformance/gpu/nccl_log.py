@@ -1,43 +1,9 @@
-"""Parse an NCCL debug log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS including INIT and ENV).
+"""Parse an NCCL debug log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS including INIT and ENV) into ``comm_created``
+events: each communicator that completed init, with the config fields and network it logged.
 
-What it reads (formats of NCCL's src/init.cc and src/debug.cc, 2.7 to 2.31):
-
-- the line prefix ``host:pid:tid [cudaDev] NCCL INFO <message>``, with or without the optional
-  timestamp NCCL_DEBUG_TIMESTAMP_FORMAT puts in front or a launcher's own prefix (Ray's
-  ``(RayWorkerWrapper pid=…)``). Where several processes' output was pasted into one stream and
-  lines were spliced mid-line, the last prefix of a line is the one its tail belongs to;
-- ``[[Rank R] ][<fn>] comm 0x.. rank R nranks N cudaDev D [nvmlDev V] busId B [parent 0x..]
-  [splitCount|childCount C] [color X key K][ commId 0x..][ ]- Init START|COMPLETE``: one
-  ``comm_created`` event per ``Init COMPLETE`` (a communicator that finished init). ``nvmlDev`` is
-  there from 2.18 (v2.18.3 src/init.cc:1356); a split line carries a real ``commId`` hash in 2.21 and
-  2.22 (the hash of "<parent hash>-<color>", v2.21.5 src/init.cc:1529, :1541) and none from 2.24;
-  lines before 2.10 carry neither (issue 629's 2.7/2.8 lines);
-- ``Comm config <Field> set to <value>`` (NCCL_ENV, logged by parseCommConfig for each field the
-  caller set) and ``Comm config <field> reset to NCCL_<VAR>=<value>`` (an environment override);
-- ``Using network <name>``: the network plugin of a communicator.
-
-How lines are tied to their communicator. NCCL logs config lines on the caller's thread (inside
-ncclCommInitRankConfig / ncclCommSplit, v2.30.7 src/init.cc:2512, :3130) and the START line on the
-thread that runs the init job (ncclAsyncLaunch inside a group, :2544, :2667-2679); the config line
-names no communicator, commId or pointer (:1969-1975). What they share is the process and the
-device: the prefix's ``[cudaDev]`` is the logging thread's current device, and the caller runs under
-the communicator's device (the split sets it first, :3100-3160; torch calls init under a device
-guard). So config lines are kept per process, grouped into one batch per call (a batch ends when
-its thread logs a field it already logged the same way: one call logs each field at most once), and
-a START takes the oldest batch of its process logged on its own device (else the oldest of its
-process). ``Using network`` is logged in commAlloc on the thread that then logs START, before it
-(2.18 to 2.30.7 src/init.cc:486; the dev branch for 2.31.0, commit 86fa684d, :489 in commAlloc,
-called at :1879/:1905 before the START lines at :1882/:1909); it is attached to the next START of
-its thread, or, should a version log it after START, to the open communicator of its thread that
-has none.
-
-What it cannot see: fields the caller left unset (NCCL logs only those it was given), the global
-ranks of a communicator (NCCL logs rank and nranks only), which torch process group owns it, config
-of a split child created with config NULL (copied from the parent without logging), and which of two
-inits overlapping on one device of one process a config batch belongs to (taken in order; a START
-that logged no config, such a split's, takes a batch another init on its device logged first). Lines that
-do not match (channels, rings, trees, truncated writes) are skipped: an init line cut by a splice is
-lost, as the continuation on a later line cannot be told apart from the other processes' ones.
+The formats read (NCCL 2.7 to 2.31) and how config lines are tied to their communicator: conformance/targets/
+README.md ("Reading NCCL's debug log"). It cannot see fields the caller left unset, a communicator's global
+ranks, the torch group that owns it, a split child's config copied without logging, or lines cut by a splice.
 """
 
 from __future__ import annotations
@@ -215,7 +181,8 @@ def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
 
 
 def parse_nccl_log(lines: Iterable[str]) -> list[Event]:
-    """``comm_created`` events (see the module docstring) from NCCL debug log lines, in order."""
+    """``comm_created`` events from NCCL debug log lines, in order (conformance/targets/README.md, "Reading
+    NCCL's debug log")."""
     state = _State()
     for line in lines:
         heads = list(_HEAD.finditer(line.rstrip("\n")))

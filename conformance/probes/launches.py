@@ -1,33 +1,10 @@
-"""Launches seen from outside the backend: one ``launch`` event per front-end call into it.
+"""Launches seen from outside the backend: one ``launch`` event per front-end call into it, from torch's
+dispatcher (C++ backends) or from the Python backend class's own methods (``watch_class``).
 
-Two sources, both installed by ``LaunchProbe.start()`` and removed by ``close()``:
-
-1. torch's dispatcher. Every collective and P2P call on a C++ process group reaches the
-   backend through a ``c10d::`` dispatcher op (``c10d::allreduce_``,
-   ``c10d::allreduce_coalesced_``, ``c10d::send``, ``c10d::recv_any_source_``, ...). A
-   ``TorchDispatchMode`` pushed on this thread sees each one with its arguments: the tensor
-   list (so the number of ops in a coalesced launch), the process group and the device.
-2. The backend's Python class. A backend written in Python as a ``ProcessGroup`` subclass
-   (toyccl, the simulator) is called directly by torch's front end: no dispatcher op is
-   issued. ``watch_class(cls)`` wraps the collective and P2P methods the class defines in
-   Python; only the outermost call counts (a method calling another is one launch).
-
-Measured (torch 2.13 CPU and 2.15; world of 2 and 4 ranks):
-- gloo: one event per all_reduce, one ``allreduce_coalesced`` with N tensors for a
-  ``_coalescing_manager`` block of N all_reduce, separate ``send`` and ``recv`` for a
-  ``batch_isend_irecv`` (gloo does not coalesce P2P), ``recv`` for a recv from any source.
-- toyccl and the simulator: nothing from the dispatcher; every call from the class wrapper.
-- torch.profiler was measured too: it sees the same ``c10d::`` ops on gloo and nothing on
-  Python backends, but ``record_shapes`` leaves tensor lists empty, so a coalesced launch's op
-  count is lost; it is not used. ProcessGroup pre/post hooks (``register_pre_hook``, torch
-  2.14+) see the same calls as the dispatcher on gloo (op name and input tensors) and
-  nothing on Python backends; on 2.13 they do not exist, so the dispatcher is used on all.
-
-Cannot see: calls made on other threads (the dispatch mode is thread-local), the backend's
-internal kernels or streams (``stream`` is None), which communicator ran a launch beyond the
-group's name (``comm`` is the group name), ops a C++ backend runs without being called.
-Positive control: a launch from the check's own traffic; ``control_missing("launch")`` says
-when none has been seen.
+What was measured on gloo, toyccl and the simulator: conformance/probes/README.md ("Launches"). It cannot see
+calls made on other threads, the backend's kernels or streams, which communicator ran a launch beyond the
+group's name, or ops a C++ backend runs without being called. Positive control: a launch of the check's own
+traffic.
 """
 
 from __future__ import annotations

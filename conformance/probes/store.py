@@ -1,24 +1,9 @@
-"""Communicator creation read off the bootstrap traffic a backend sends through the c10d store.
+"""Communicator creation read off the bootstrap keys a backend (gloo) writes to the c10d store torch hands
+it: ``RecordingStore`` wraps the store, ``StoreProbe`` turns a new group prefix's mesh into ``comm_created``.
 
-``RecordingStore`` wraps the store the runner hands to ``init_process_group``; torch gives
-every group a ``PrefixStore`` over it, so every key a backend writes passes through. gloo
-connects a group's full mesh by having each rank ``set`` ``<group prefix>/<device>//<index>/<rank>``
-and ``get`` every member's key. ``StoreProbe`` turns the first ``set`` of this rank's key
-under a new group prefix into a ``comm_created`` event; the group ranks it then reads give
-the members, mapped to global ranks through torch's group registry.
-
-Measured (torch 2.13 and 2.15, gloo, worlds of 2 and 4): the world's mesh at
-``init_process_group`` (prefix ``0``), one mesh per ``new_group`` including repeated groups of
-the same ranks (prefixes ``0//1``, ``0//2``, ...), on every member and never on a non-member;
-no key at all for a send/recv (gloo reuses the group's mesh: no pair communicators).
-On the simulator and toyccl it sees nothing of this shape (they key their own traffic
-differently), so it is used only where a target says its backend bootstraps this way.
-
-Cannot see: communicators a backend makes without the store (NCCL's own network bootstrap
-after the unique id, in-memory splits), creation mode or parent (``mode`` is the world's
-init mode for the world and None otherwise), config.
-Positive control: the world's own mesh; ``control_missing("comm_created")`` is None once it
-was seen on this rank.
+What was measured: conformance/probes/README.md ("Communicator creation through the store"). It cannot see
+communicators made without the store, their creation mode or parent, or config. Positive control: the
+world's own mesh.
 """
 
 from __future__ import annotations

@@ -25,17 +25,18 @@ def rank_span(ranks: Iterable[int]) -> str:
 def distinct_details(details: Iterable[tuple[int, str]]) -> list[str]:
     """One entry per distinct message of (rank, message) pairs, in order of first appearance.
 
-    A message that starts with its own rank's ``rank N: `` is grouped by what follows and names
-    every rank that reported it; any other message (e.g. ``rank 1 timed out: ...``) is kept as is,
-    once.
+    A message that starts with its own rank (``rank N: ...``, ``rank N raised: ...``) is grouped by what
+    follows and names every rank that reported it (``ranks 0-3 raised: ...``); any other message is kept
+    as is, once.
     """
     groups: dict[tuple[bool, str], list[int]] = {}
     for rank, text in details:
         if not text:
             continue
-        body = text.removeprefix(f"rank {rank}: ")
-        groups.setdefault((body != text, body), []).append(rank)
-    return [f"{rank_span(ranks)}: {body}" if prefixed else body for (prefixed, body), ranks in groups.items()]
+        own = f"rank {rank}"
+        prefixed = text.startswith(own) and text[len(own):len(own) + 1] in (":", " ")
+        groups.setdefault((prefixed, text[len(own):] if prefixed else text), []).append(rank)
+    return [f"{rank_span(ranks)}{body}" if prefixed else body for (prefixed, body), ranks in groups.items()]
 
 
 def merge_details(details: Iterable[tuple[int, str]]) -> str:

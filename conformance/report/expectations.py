@@ -97,9 +97,9 @@ def load_file(path: Path) -> list[Expectation]:
     return expectations
 
 
-def load_expectations(target: str, directory: Path | None = None) -> list[Expectation]:
-    """The entries of ``<directory>/<target>.toml``; an absent file means no expectations."""
-    path = (directory or EXPECTATIONS_DIR) / f"{safe_stem(target)}.toml"
+def load_expectations(target_name: str, directory: Path | None = None) -> list[Expectation]:
+    """The entries of ``<directory>/<target_name>.toml``; an absent file means no expectations."""
+    path = (directory or EXPECTATIONS_DIR) / f"{safe_stem(target_name)}.toml"
     return load_file(path) if path.exists() else []
 
 

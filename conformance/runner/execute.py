@@ -91,14 +91,15 @@ def run_check(
     """
     started = time.perf_counter()
     state = ProcessState.capture()
-    target = make_target(target_name, target_options).driver()
+    target = make_target(target_name, target_options)
+    driver = target.driver()
     outcome, detail, tb = Outcome.PASS, "", ""
     ctx = None
     try:
         requirement = _requirement(requirement_id)
         fn = hooks.check(requirement_id, load_checks()[requirement_id])
-        target.setup(rank, world_size)
-        ctx = CheckContext(rank, world_size, target, store, requirement, timeout_s)
+        driver.setup(rank, world_size)
+        ctx = CheckContext(rank, world_size, driver, store, requirement, timeout_s)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # checks that observe warnings record their own
             fn(ctx)
@@ -107,7 +108,7 @@ def run_check(
     except NotObservable as exc:
         outcome, detail = Outcome.NOT_OBSERVABLE, str(exc)
     except Skipped as exc:
-        declared = sorted(set(requirement.capabilities) & target.target.declared)
+        declared = sorted(set(requirement.capabilities) & target.declared)
         if declared:  # declared capabilities are verified, not trusted
             outcome, detail = Outcome.FAIL, f"rank {rank}: declared capability {', '.join(declared)} but: {exc}"
         else:
@@ -118,9 +119,9 @@ def run_check(
         wait_s = 0.0 if hooks.skips_peer_wait(outcome) else _quiesce_wait_s(outcome, started, timeout_s)
         _quiesce(store, rank, world_size, wait_s)
         try:
-            target.teardown()
+            driver.teardown()
         finally:
             state.restore()
-        hooks.finished(target)
+        hooks.finished(driver)
     notes = ctx.notes if ctx else []
     return RankOutcome(rank, outcome, detail, tb, notes, duration_s=time.perf_counter() - started).to_json()

@@ -1,5 +1,5 @@
-"""Fork N rank processes that share a loopback TCPStore and collect what each reports (the framework front
-door and the suite's own multi-process tests use it; the check runner keeps persistent pools instead)."""
+"""Fork N rank processes that share a loopback TCPStore and collect what each reports (the suite's own
+multi-process tests and benchmarks use it; the check runner and the framework front door use rank pools)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""The torchrun launcher: every torchrun process is one rank and supervises that rank's checks.
+"""The torchrun launcher (``run --launcher env``): every torchrun process is one rank of the job and a CUDA-free
+supervisor of that rank's checks.
 
-Used on GPU hosts (one rank per GPU, multi-node through torchrun's rendezvous):
-
-    torchrun --nproc-per-node 8 -m conformance run --target nccl --launcher env --world-sizes 8
-
-Each torchrun process joins the job through ``env://`` (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-and the agent's store when torchrun provides one) and stays a supervisor: it never runs a check
-itself, so it never touches CUDA and never dies of one. Each check runs in this rank's child
-process, a one-rank ``RankPool`` (runner/pool.py: spawned for GPU targets, forked otherwise) that
-connects to the job's store at MASTER_ADDR:MASTER_PORT and runs ``run_check`` as job rank RANK of
-WORLD_SIZE, under a store prefix fresh for the check. A child that crashes (a segfault, NCCL's
-watchdog aborting the process), hangs past the check's timeout or raises costs that check only:
-the pool reports how it ended ("rank 1 crashed: killed by signal SIGSEGV", with the Python stack
-faulthandler wrote) and starts a new child for the next check, while torchrun, which tears the job
-down when one of its own processes exits, sees none exit. A child whose peer crashed fails or waits
-out the check's timeout on its own (gloo sees the closed connection; NCCL waits): that is its outcome.
-
-Each supervisor sends its rank's outcome of each check to rank 0 through the job's store; rank 0
-aggregates and writes the report.
+Each check runs in a one-rank ``RankPool`` child that joins the job's store as job rank RANK, so a crash, hang
+or raise costs that check only; rank 0 gathers the ranks' outcomes through the store and reports
+(ARCHITECTURE.md, "One case", step 4). It cannot see a peer's crash other than through that peer's outcome:
+a rank whose peer crashed fails or waits out the check's timeout on its own.
 """
 
 from __future__ import annotations
@@ -65,32 +52,32 @@ def run_rank(rank: int, world_size: int, store: dist.Store, *, job_rank: int, jo
     return run_check(job_rank, job_world_size, dist.PrefixStore(prefix, client), **check)
 
 
-def run_requirements(requirements: list[Requirement], target: str, target_options: dict[str, Any] | None,
+def run_requirements(requirements: list[Requirement], target_name: str, target_options: dict[str, Any] | None,
                      timeout_s: float) -> list[Result] | None:
     """Run every requirement, each in this rank's child; rank 0 returns the aggregated results, others None."""
     store, rank, world_size = join(max(timeout_s, 300.0))
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    described = make_target(target, target_options)
-    start_method = GPU_START_METHOD if described.gpu else None
+    target = make_target(target_name, target_options)
+    start_method = GPU_START_METHOD if target.gpu else None
     pools = PoolSet()
     results: list[Result] = []
     try:
         for i, req in enumerate(requirements):
-            decided = precheck(req, target, target_options, world_size)
+            decided = precheck(req, target_name, target_options, world_size)
             if decided is not None:
                 if rank == 0:
-                    results.append(case_result(req, target, world_size, *decided, 0.0))
+                    results.append(case_result(req, target_name, world_size, *decided, 0.0))
                 continue
             # as runner/orchestrate.run_case: checks a target names get a child of their own
-            isolated = req.id in described.fresh_process_checks
+            isolated = req.id in target.fresh_process_checks
             pool = pools.fresh(1, start_method) if isolated else pools.get(1, start_method)
-            pool.on_kill(target, described.cleanup)
+            pool.on_kill(target_name, target.cleanup)
             try:
                 (report,) = pool.run(TASK, {
                     "job_rank": rank, "job_world_size": world_size, "host": host, "port": port,
                     "prefix": f"conformance/attempt{attempt}/check{i}/run/", "requirement_id": req.id,
-                    "target_name": target, "target_options": target_options, "timeout_s": timeout_s,
+                    "target_name": target_name, "target_options": target_options, "timeout_s": timeout_s,
                 }, timeout_s + POOL_GRACE_S)
             finally:
                 if isolated:
@@ -104,7 +91,7 @@ def run_requirements(requirements: list[Requirement], target: str, target_option
                 keys = [f"outcome/{r}" for r in range(world_size)]
                 prefix.wait(keys)
                 ranks = [RankOutcome.from_json(json.loads(prefix.get(k))) for k in keys]
-                results.append(case_result(req, target, world_size, *aggregate(ranks),
+                results.append(case_result(req, target_name, world_size, *aggregate(ranks),
                                            max(r.duration_s or 0.0 for r in ranks), ranks))
     finally:
         pools.close()

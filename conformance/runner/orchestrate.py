@@ -29,8 +29,6 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
     reason = target.unavailable_reason(world_size)
     if reason:
         reason = f"target {target_name} unavailable: {reason}"
-    elif inapplicable := target.not_applicable.get(requirement.id):
-        reason = f"requirement does not apply on target {target_name}: {inapplicable}"
     elif inapplicable := requirement.not_on_stack(target.stack):
         reason = f"requirement does not apply on stack {target.stack}: {inapplicable}"
     if reason:

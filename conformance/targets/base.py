@@ -7,7 +7,7 @@ declares and must prove (``declared``), requirements that do not apply to it, it
 its pytest markers, and how to clean up after a killed world (``cleanup``).
 
 Rank side, ``Driver`` (``Target.driver()``, one per rank process and check): set the rank up,
-init a world, the rank's device, the probe, teardown.
+init a world (an eager one only with capability ``device_binding``), the rank's device, the probe, teardown.
 
 An optional ability is a part (``Parts``): a target has it exactly when the part is not None,
 and the capability it grants is derived from that, never declared beside it.
@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 import torch.distributed as dist
 
+from conformance.outcomes import Skipped
 from conformance.probe import EVENT_KINDS, Probe, observing
 from conformance.probes import CombinedProbe, combine, probe_class
 
@@ -112,21 +113,31 @@ class Traits:
 class Target(abc.ABC):
     """Parent side of one stack: built from its options, never changes the process it runs in."""
 
-    name: ClassVar[str] = ""
+    # The report's and the messages' name (a vendor target takes its backend's, per instance).
+    name: str = ""
     gpu: ClassVar[bool] = False
-    # Non-observation capabilities the stack has (names from FEATURES).
-    features: ClassVar[frozenset[str]] = frozenset()
     # The outside probes (names in conformance.probes.PROBES) the driver starts on every rank.
     probes: ClassVar[tuple[str, ...]] = ()
     traits: ClassVar[Traits] = Traits()
-    # Requirements about another design than this stack's, each with what holds here instead.
-    not_applicable: Mapping[str, str] = MappingProxyType({})
-    # The NCCL stack the target runs (simulator.stacks.STACKS names them), where it runs one: requirements the
-    # spec skips on that stack (``skip_stacks``) skip here, naming it.
-    stack: str | None = None
     # Checks that must get rank processes of their own (conformance.runner.orchestrate.run_case).
     fresh_process_checks: ClassVar[frozenset[str]] = frozenset()
-    parts: Parts = Parts()
+
+    # What a subclass may state as a class attribute or derive from its options as a property:
+    @property
+    def features(self) -> frozenset[str]:
+        """Non-observation capabilities the stack has (names from FEATURES)."""
+        return frozenset()
+
+    @property
+    def parts(self) -> Parts:
+        """The optional abilities present (a part that is None is absent)."""
+        return Parts()
+
+    @property
+    def stack(self) -> str | None:
+        """The NCCL stack the target runs (simulator.stacks.STACKS names them), where it runs one: requirements
+        the spec skips on that stack (``skip_stacks``) skip here, naming it."""
+        return None
 
     @abc.abstractmethod
     def unavailable_reason(self, world_size: int = 1) -> str | None:
@@ -181,8 +192,8 @@ class Target(abc.ABC):
         """
 
 
-class Driver(abc.ABC):
-    """Rank side of a target: one per rank process and check."""
+class Driver:
+    """Rank side of a target: one per rank process and check (this one: a plain world, no device given)."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -233,11 +244,11 @@ class Driver(abc.ABC):
             self._probe = combine(self.own_probe(), *self._outside)
         return self._probe
 
-    @abc.abstractmethod
     def init_world(
         self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec, timeout_s: float
     ) -> dist.ProcessGroup:
-        """Initialise the default process group as ``spec`` asks and return it."""
+        """Initialise the default process group as ``spec`` asks and return it (default: no device given)."""
+        return self._init_default_group(store, rank, world_size, spec, timeout_s)
 
     def _init_default_group(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
                             timeout_s: float, device_id: torch.device | None = None) -> dist.ProcessGroup:
@@ -245,6 +256,9 @@ class Driver(abc.ABC):
         passed through the probes that read it, and the world shown to the probes that watch it."""
         if spec.mode not in ("eager", "lazy"):
             raise ValueError(f"unknown world mode {spec.mode!r}; expected 'eager' or 'lazy'")
+        if spec.mode == "eager" and "device_binding" not in self.capabilities:
+            raise Skipped(f"target {self.name} lacks capability 'device_binding': an eager world binds a device at "
+                          "init")
         self.probe()
         for outside in self._outside:
             store = outside.attach_store(store)

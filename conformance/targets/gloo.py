@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from conformance.outcomes import Skipped
-from conformance.targets.base import Driver, Target, WorldSpec
+from conformance.targets.base import Driver, Target
 
 
 class GlooTarget(Target):
     """Real torch.distributed gloo on CPU processes.
 
-    A CPU build of torch refuses ``device_id`` for CPU, so there is no eager device binding and
+    A CPU build of torch refuses ``device_id`` for CPU (torch 2.13: "must be an accelerator with an
+    index"), so there is no eager device binding (``features`` lacks it: an eager world is refused) and
     hence no split_group (torch 2.13's split_group also refuses without an accelerator); gloo
     has no NCCL-style options object; "cpu:gloo,cuda:gloo" gives one gloo backend for both
     device types. Requirements needing those are what a CPU build cannot exhibit on gloo, and
@@ -29,16 +29,6 @@ class GlooTarget(Target):
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         return None if dist.is_gloo_available() else "this torch build has no gloo"
 
-    def driver(self) -> GlooDriver:
-        return GlooDriver(self)
-
-
-class GlooDriver(Driver):
-    """Lazy worlds only: a CPU build of torch refuses an eager binding to cpu."""
-
-    def init_world(self, store: dist.Store, rank: int, world_size: int, spec: WorldSpec,
-                   timeout_s: float) -> dist.ProcessGroup:
-        if spec.mode == "eager":
-            raise Skipped("gloo target lacks capability 'device_binding': torch 2.13 rejects "
-                          "device_id=cpu ('must be an accelerator with an index')")
-        return self._init_default_group(store, rank, world_size, spec, timeout_s)
+    def driver(self) -> Driver:
+        """The plain driver: lazy worlds (an eager one is refused for lacking ``device_binding``)."""
+        return Driver(self)

@@ -1,57 +1,9 @@
-"""The NCCL target: real torch.distributed with ProcessGroupNCCL on CUDA devices.
+"""The NCCL target: real torch.distributed with ProcessGroupNCCL (ProcessGroupNCCL2 where torch 2.15 builds it
+for "nccl") on CUDA devices, one per rank; ``NcclProbe`` reads NCCL's debug log and torch's flight recorder.
 
-A world is ``cpu:gloo,cuda:nccl`` (or ``spec.backend``); eager mode binds the rank's
-device (``device_id``), lazy mode does not. Rank r uses ``cuda:<LOCAL_RANK>`` under
-torchrun, else ``cuda:<r>`` (one host, one GPU per rank). Ranks are spawned, and the parent
-counts GPUs through NVML only (see conformance.gpu.devices). On torch 2.15 "nccl" builds
-ProcessGroupNCCL2, the torchcomms engine, unless TORCH_DIST_USE_NCCL2=0 (2.15.0
-distributed_c10d.py:961-985); the environment records which (``nccl_backend``) and, for
-ProcessGroupNCCL2, what the probe sees of it (``nccl_probe``, NCCL2_PROBE_NOTE). NCCL still writes
-its debug log, so communicators are seen, and ProcessGroupNCCL2 has ``_comm_ptr`` too (its one
-communicator, made in its constructor: the method's docstring in 2.15.0+cu132, read on CPU), so
-the group's is named. Its ops are not in ``_dump_nccl_trace``: torch attaches c10d's
-FlightRecorderHook to groups whose backend does not record itself (distributed_c10d.py:2893-2931,
-attached at :3200 and :7024), which records into the recorder of the backend's name, "nccl2"
-(nccl2/ProcessGroupNCCL.hpp:124, :143-145; FlightRecorder.hpp:362-379; dumped by
-``_dump_fr_trace(backend="nccl2")``). The hook fires per dispatcher op (hooks/FlightRecorderHook.hpp
-:41-44) and has no coalescing-block entry (Hooks.hpp:23-45), while ``_coalescing_manager`` brackets
-its ops with backend calls, not dispatcher ops (distributed_c10d.py:3774, :3826): a block of N ops
-would read as N launches. So launches are not observed on ProcessGroupNCCL2 (checks that need them
-are not-observable, saying which capability). TORCH_NCCL_TRACE_BUFFER_SIZE still sizes that
-recorder when TORCH_FR_BUFFER_SIZE is unset (2000 when neither is, 0 turns it off: :2899-2907).
-
-Warnings: ProcessGroupNCCL's lazy-P2P warning is read from the rank's stderr by the check
-(``warnings_on_stderr``, ``lazy_p2p_warning``), not by the probe.
-
-The probe (``NcclProbe``) sees:
-
-- ``comm_created``: from this rank's NCCL debug log (setup() sets NCCL_DEBUG=INFO,
-  NCCL_DEBUG_SUBSYS=INIT,ENV and a per-process NCCL_DEBUG_FILE). Every communicator that
-  completes init, with its pointer as ``comm``, rank, nranks, cuda device, the parent of
-  a split, and the config fields the caller set (see conformance.gpu.nccl_log). ``group``
-  and ``members`` are filled for communicators a live process group reports through
-  ``_comm_ptr()`` (its default-device communicator). ``mode``: "split" for a split (NCCL
-  logs the parent), "eager" for one made before init_process_group returned (device_id
-  given: torch connects eagerly, 2.13 distributed_c10d.py:2333-2335, 2.15.0 :3206), "lazy"
-  for a live group's communicator made later, "p2p" for a later 2-rank communicator no
-  group owns (ProcessGroupNCCL's per-pair communicator under lazy init); the members of a
-  "p2p" one come from the run's store, where each member claims the slot of its rank in the
-  comm under the commId NCCL logs identically on both (NCCL 2.30.7 src/init.cc:1901-1902,
-  1945), in the first generation where it is free (a commId can be reused, see _publish).
-  Communicators of destroyed groups keep group and members None.
-- ``launch``: from the torch flight recorder (TORCH_FR_BUFFER_SIZE), when this torch
-  build can dump it. ``group`` is the process group's name, as every launch source names it,
-  and so is ``comm``: the recorder does not say which NCCL communicator ran the op; there is
-  no stream (see conformance.gpu.flight_recorder). A check matches a launch to a
-  communicator by ``group`` (the ``comm_created`` event of a live group's communicator
-  carries that group's name).
-
-It cannot see: communicators created before setup() or in a process where NCCL read its
-debug environment earlier (NCCL reads it once per process, at its first call), destroyed
-communicators, NCCL's own warnings (logged as WARN, which is not parsed), or ops issued
-outside torch. The flight recorder's size is read once per process too: a rank process
-that used c10d before setup() may have a recorder of size 0 and then shows no launches.
-A NCCL_DEBUG_FILE the user set is kept; its %h/%p/%% are expanded as NCCL does.
+conformance/targets/README.md ("The NCCL target") says what each source shows, with the upstream lines. It
+cannot see communicators created before setup() or destroyed, NCCL's own warnings, ops issued outside torch,
+nor, on ProcessGroupNCCL2, launches.
 """
 
 from __future__ import annotations
@@ -349,19 +301,9 @@ class NcclTarget(Target):
     )
 
     @property
-    def stack(self) -> str:  # type: ignore[override]
+    def stack(self) -> str:
         """What this torch's "nccl" builds (``torch_compat.default_stack``)."""
         return default_stack()
-
-    @property
-    def not_applicable(self) -> dict[str, str]:  # type: ignore[override]
-        """Requirements about ProcessGroupNCCL's per-pair design, when "nccl" is not ProcessGroupNCCL."""
-        if not nccl_is_torchcomms_engine():
-            return {}
-        why = (f"torch {torch.__version__} builds 'nccl' as ProcessGroupNCCL2 (distributed_c10d.py:961-985), which "
-               "always binds a device (:820-848) and runs send/recv on the group's communicator; per-pair "
-               "communicators are its 'nccl-lazy' backend (set TORCH_DIST_USE_NCCL2=0 for ProcessGroupNCCL)")
-        return {"P2P-LAZY-PAIR-COMM": why, "P2P-LAZY-WARN-ONCE": why}
 
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         """None when this torch has CUDA and NCCL and NVML shows a GPU per local rank; never initialises CUDA.

@@ -59,6 +59,7 @@ class SimTarget(Target):
 
     name = "sim"
     parts = Parts(options=SimOptionsPart(), config=SimConfigPart())
+    stack: str = ""  # the stack chosen (set per instance from the options)
     default_backend = "cpu:sim"
 
     def __init__(self, stack: str = "", defects: list[str] | tuple[str, ...] | str = (),
@@ -81,7 +82,7 @@ class SimTarget(Target):
         return None
 
     @property
-    def features(self) -> frozenset[str]:  # type: ignore[override]
+    def features(self) -> frozenset[str]:
         # torch >= 2.14 coalesces batch_isend_irecv for a Python ProcessGroup such as the simulator's
         features = _FEATURES | {"coalesced_p2p"} if batch_coalesces_python_groups() else _FEATURES
         # nccl-lazy sends on per-pair communicators: nothing receives from any source (simulator/stacks.py)

@@ -1,25 +1,8 @@
-"""The torchcomms target: torch.distributed with ``config.use_torchcomms`` on, over NCCL.
+"""The torchcomms target: torch.distributed with ``config.use_torchcomms`` on, over NCCL; worlds, devices,
+options and the probe are the NCCL target's, ``effective_config`` is what the torchcomms communicator got.
 
-torch 2.13 then builds each device backend as ``torchcomms.new_comm(...)`` wrapped in
-``_BackendWrapper`` instead of ProcessGroupNCCL. Worlds, devices, options objects and the
-probe are the NCCL target's (see conformance.targets.nccl): the NCCL debug log still shows
-the communicators torchcomms' nccl backend creates. Launches are not observed: torch
-registers a ``torchcomms.hooks.FlightRecorderHook`` on each comm (torch 2.13
-distributed_c10d.py:2130-2131, 2.15.0 :399-400), and a hook records into torchcomms' own
-FlightRecorder singleton (torchcomms hooks/fr/FlightRecorder.hpp:151-163 and
-FlightRecorder.cpp:947-955, sized by TORCHCOMM_FR_BUFFER_SIZE), not into c10d's, so
-``_dump_nccl_trace`` never shows these ops. Checks that need launches are not-observable here.
-Should that recorder's dump be read one day (unverified here: no GPU), it goes through
-conformance.gpu.flight_recorder, so that its launches name their communicator as every other
-source does (``group`` and ``comm``: the process group's name), provided its entries keep c10d's
-``process_group`` and ``profiling_name`` keys (c10d's FlightRecorderHook is a port of torchcomms'
-hook: 2.15.0 hooks/FlightRecorderHook.hpp:4-6).
-
-``effective_config`` reports what the torchcomms communicator actually got: the hints of
-``get_comm().get_options()``, and the option fields read from the spellings torchcomms'
-nccl backend recognises (``is_high_priority_stream``, ``cgaClusterSize``/
-``cga_cluster_size``, ``maxCTAs``/``max_ctas``, ``minCTAs``/``min_ctas``, ``netName``
-only). A field with no such hint is None: the ProcessGroupNCCL option did not arrive.
+It cannot see launches (torchcomms records them in its own flight recorder, not c10d's): conformance/targets/
+README.md ("The torchcomms target") has the upstream lines.
 """
 
 from __future__ import annotations
@@ -98,17 +81,8 @@ class TorchcommsTarget(NcclTarget):
     features = NcclTarget.features | {"torchcomms"}
     parts = Parts(options=NcclOptionsPart(), config=TorchcommsConfigPart())
     c10d_records_launches = False
-    # Requirements about another design than this path's, with what holds here instead.
-    not_applicable = {
-        "P2P-LAZY-PAIR-COMM": "torchcomms' nccl backend runs send/recv on the group's own communicator in "
-                              "every mode (torchcomms nccl/TorchCommNCCL.cpp:433-475); per-pair 2-rank "
-                              "communicators are the separate 'nccl-lazy' backend (TorchCommNCCLLazy.cpp:3-12)",
-        "P2P-LAZY-WARN-ONCE": "no per-pair communicator is created on this path, so there is nothing to warn "
-                              "about (see P2P-LAZY-PAIR-COMM)",
-        "SPLIT-UNBOUND-REFUSED": "with torchcomms on, split_group does not need a bound default device and skips "
-                                 "that refusal (torch 2.13 distributed_c10d.py:5570-5573): each child is a "
-                                 "new_comm with its own device",
-    }
+    # the spec's skip_stacks entries for "torchcomms" say which requirements are about another design than this path's
+    stack = "torchcomms"
 
     def unavailable_reason(self, world_size: int = 1) -> str | None:
         """None when torchcomms imports with what torch needs, torch enabled it, and CUDA is usable."""

@@ -1,49 +1,10 @@
-"""The vendor target: certify an out-of-tree backend that registers with torch.distributed.
+"""The vendor target: certify an out-of-tree backend that registers with torch.distributed when its module is
+imported (``Backend.register_backend``), in every rank process, as ``"<device>:<backend>"``.
 
-A vendor's package registers its backend when a module is imported, through
-``torch.distributed.Backend.register_backend(name, creator, extended_api=..., devices=[...])``.
-This target imports that module in every rank process and inits worlds with
-``"<device>:<backend>"``. Options: ``backend`` (the registered name), ``device`` ("cpu" or an
-accelerator type such as "cuda", "xpu"), ``module`` (what to import), ``package`` (the
-distribution name, for the report), ``capabilities`` (what the backend declares it supports:
-names from conformance.targets.base.CAPABILITIES, a list or a comma-separated string),
-``options_factory`` ("module:function" making the backend's options object from NCCL-style
-fields and ``hints``; default: the module's ``conformance_make_options``), ``options`` (True:
-shorthand for declaring the ``options`` capability).
-
-The target, and so its report files, take the backend's name (a preset subclass keeps its own). What
-each capability asks of the backend is ``CONTRACT`` below (``certify --help`` prints it; the guide
-for vendors is docs/vendor-guide.md).
-
-Declared capabilities are verified, not trusted: a check of a requirement that needs a
-declared capability runs, and a skip inside it is reported as a failure naming the capability
-(see ``VendorTarget.declared``).
-
-On an accelerator, eager worlds pass ``device_id=<device>:<LOCAL_RANK>``. A CPU backend that
-declares ``device_binding`` gets the narrowest shim the simulator uses (simulator.shim): torch
-before 2.15 refuses ``device_id=cpu``, so the world is bound to ``cpu:0`` after init and the
-backend's ``eager_connect_single_device`` is called; while ``split_group`` runs,
-torch.accelerator reports cpu, because split_group looks the parent backend up by the
-current accelerator and refuses without one. Everything else torch does runs unchanged.
-
-What the suite observes (conformance.probes, needing no cooperation): launches (torch's
-dispatcher for C++ backends, the backend class's methods for Python ones) and Python
-warnings. A module exposing ``conformance_probe()`` (an object with the
-conformance.probe.Probe protocol, called once per check on each rank, seeing what happens from
-then on; the parent calls it once to read its ``observes``) adds what it observes and wins the
-kinds it shares; ``conformance_effective_config(group)`` (a dict or None) is the config part
-(capability observe:config); a declared ``options`` capability is the options part, made by
-``options_factory`` or the module's ``conformance_make_options``.
-
-Declaring a target from the vendor's package: add an entry point in the group
-``conformance.targets`` whose value is a Target subclass, typically a VendorTarget with
-preset options, e.g. in pyproject.toml::
-
-    [project.entry-points."conformance.targets"]
-    toyccl = "toyccl.conformance:ToycclTarget"
-
-Then ``conformance`` lists it among the targets and runs it by that name, no options needed
-(examples/toyccl does exactly this).
+Its options, the CPU binding shim, the probe hooks and how a package declares a preset target:
+conformance/targets/README.md ("The vendor target"); what each declared capability asks: ``CONTRACT``
+(docs/vendor-guide.md). It sees the backend only through torch's front end, the launches probe and the
+module's own hooks; declared capabilities are verified, not trusted (a skip among them is a failure).
 """
 
 from __future__ import annotations
@@ -60,7 +21,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from conformance.import_probe import imported_from
-from conformance.outcomes import NotObservable, Skipped
+from conformance.outcomes import NotObservable
 from conformance.probe import EVENT_KINDS, Probe
 from conformance.targets.base import FEATURES, Driver, Parts, Target, WorldSpec
 from conformance.targets.nccl import local_rank
@@ -129,7 +90,8 @@ def _load_callable(path: str) -> Any:
 
 @contextlib.contextmanager
 def _cpu_split() -> Any:
-    """While installed, split_group runs with torch.accelerator reporting cpu (see the module docstring)."""
+    """While installed, split_group runs with torch.accelerator reporting cpu (conformance/targets/README.md,
+    "The vendor target")."""
     original = dist.split_group
 
     def split_group(*args: Any, **kwargs: Any) -> Any:
@@ -216,7 +178,7 @@ class VendorTarget(Target):
         self._own_observes: frozenset[str] | None = None
 
     @property
-    def device_types(self) -> tuple[str, ...]:  # type: ignore[override]
+    def device_types(self) -> tuple[str, ...]:
         return (self.device_type,)
 
     @property
@@ -261,13 +223,13 @@ class VendorTarget(Target):
         return self._declared
 
     @property
-    def features(self) -> frozenset[str]:  # type: ignore[override]
+    def features(self) -> frozenset[str]:
         """Declared ones, custom_backend, and device_binding on an accelerator."""
         return frozenset({"custom_backend", *(self._declared - {"options"})}
                          | ({"device_binding"} if self.accelerator else set()))
 
     @property
-    def parts(self) -> Parts:  # type: ignore[override]
+    def parts(self) -> Parts:
         """Options where declared; the config part where the module has conformance_effective_config."""
         read = self.hook("conformance_effective_config")
         return Parts(options=VendorOptionsPart(self, self.options_factory) if "options" in self._declared else None,
@@ -340,11 +302,7 @@ class VendorDriver(Driver):
     ) -> dist.ProcessGroup:
         """init_process_group with ``<device>:<backend>``; eager binds the accelerator (or virtual) device."""
         accelerator = self.target.accelerator
-        virtual = spec.mode == "eager" and not accelerator
-        if virtual and "device_binding" not in self.target.declared:
-            raise Skipped(
-                f"backend {self.target.backend!r} runs on cpu: an eager world needs capability device_binding"
-            )
+        virtual = spec.mode == "eager" and not accelerator  # (an undeclared device_binding: refused at init)
         world = self._init_default_group(store, rank, world_size, spec, timeout_s,
                                          self.device(rank) if spec.mode == "eager" and not virtual else None)
         if virtual:

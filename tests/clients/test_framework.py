@@ -11,6 +11,7 @@ import pytest
 
 from conformance import framework
 from conformance.cli import main
+from conformance.torch_compat import since
 
 BUILDERS = "conformance.framework_builders"
 
@@ -55,13 +56,43 @@ def test_bare_filter_fails_naming_it() -> None:
     ("split_child_unbound", "megatron_like", "SPLIT-BOUND-INHERIT", "expected communicator device cpu:0"),
     ("split_fresh_bootstrap", "megatron_like", "SPLIT-BOUND-INHERIT", "expected a communicator split from"),
     ("torchcomms_drops_options", "with_options", "HINT-TORCHCOMMS-OPTIONS", "expected hints {'maxCTAs': '8'"),
+    ("split_fresh_bootstrap", "pr5385", "SPLIT-BOUND-INHERIT", "expected a communicator split from"),
+    ("torchcomms_drops_options", "pr5385", "HINT-TORCHCOMMS-OPTIONS",
+     "expected hints {'is_high_priority_stream': 'true', 'netName': 'ib'}"),
 ])
 def test_planted_defects_fail_their_judgement(monkeypatch: pytest.MonkeyPatch, defect: str, builder: str,
                                               requirement: str, needle: str) -> None:
     monkeypatch.setenv("SIM_DEFECTS", defect)  # inherited by the forked ranks
-    outcome, detail = outcomes(framework.run(f"{BUILDERS}:{builder}", 4, {}, timeout_s=20,
+    kwargs = {"pipeline_backend": None} if builder == "pr5385" else {}  # every group split on torchcomms
+    outcome, detail = outcomes(framework.run(f"{BUILDERS}:{builder}", 4, kwargs, timeout_s=20,
                                              stack="torchcomms"))[requirement]
     assert outcome == "fail" and needle in detail, detail
+
+
+@pytest.mark.parametrize("stack", ["nccl-legacy", "nccl2", "nccl-lazy"])
+def test_pr5385_layout_passes_on_the_nccl_stacks(stack: str) -> None:
+    """Every covering kind from one split_group call, pipeline groups members-only on the lazy backend: 10
+    splits and 2 pipeline groups at world 4 (tp 2, pp 2)."""
+    got = outcomes(framework.run(f"{BUILDERS}:pr5385", 4, {}, stack=stack))
+    for rid in ("SPLIT-MEMBERSHIP", "SPLIT-BOUND-INHERIT", "QUAL-SUBGROUP-FILTER"):
+        assert got[rid] == ("pass", "12 groups judged on 4 ranks"), (rid, got[rid])
+    assert got["HINT-TORCHCOMMS-OPTIONS"][0] == "skip", got
+
+
+def test_pr5385_layout_on_torchcomms_per_torch_version() -> None:
+    """torch 2.13's torchcomms routing makes new_group through split_group and refuses a members-only group on
+    every rank (v2.13.0 distributed_c10d.py:5836, :5893); 2.15 makes it with new_comm (v2.15.0 :7130-7136)."""
+    got = outcomes(framework.run(f"{BUILDERS}:pr5385", 4, {}, stack="torchcomms"))
+    if since("2.15"):
+        assert got["SPLIT-MEMBERSHIP"] == ("pass", "12 groups judged on 4 ranks"), got
+        assert got["HINT-TORCHCOMMS-OPTIONS"][0] == "pass" and "2 of another backend not judged" in \
+            got["HINT-TORCHCOMMS-OPTIONS"][1], got
+    else:
+        outcome, detail = got["SPLIT-MEMBERSHIP"]
+        assert outcome == "error" and "ranks 0-3 raised: NotImplementedError: new_group cannot delegate to " \
+            "split_group with use_local_synchronization=True" in detail, detail
+    fixed = outcomes(framework.run(f"{BUILDERS}:pr5385", 4, {"pipeline_backend": None}, stack="torchcomms"))
+    assert {k: v for k, (v, _) in fixed.items()} == dict.fromkeys(framework.CHECKS, "pass"), fixed
 
 
 def test_the_report_says_when_the_run_started(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,9 +121,24 @@ def test_cli_writes_a_report(tmp_path) -> None:
     assert main(["framework", "--builder", "no_colon", "--report-dir", str(tmp_path)]) == 2
 
 
-def test_megatron_core_initialize_model_parallel() -> None:
-    pytest.importorskip("megatron.core", reason="Megatron-Core is not installed (not a dependency of the suite)")
-    got = outcomes(framework.run("megatron.core.parallel_state:initialize_model_parallel", 8,
-                                 {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}))
-    assert got["SPLIT-MEMBERSHIP"][0] == "pass", got
+MEGATRON = "megatron.core.parallel_state:initialize_model_parallel"
+TP2_PP2 = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2}
+
+
+@pytest.mark.parametrize("stack", ["nccl-legacy", "torchcomms"])
+def test_megatron_core_initialize_model_parallel(stack: str) -> None:
+    """Megatron-Core's own builder (world 4 here, 8 in the issue's table): its groups are right, and its bare "gloo"
+    filters are the finding."""
+    pytest.importorskip("megatron.core", reason="Megatron-Core is not installed (the test extra installs it)")
+    got = outcomes(framework.run(MEGATRON, 4, TP2_PP2, stack=stack))
+    assert got["SPLIT-MEMBERSHIP"][0] == "pass" and "groups judged on 4 ranks" in got["SPLIT-MEMBERSHIP"][1], got
     assert got["SPLIT-BOUND-INHERIT"][0] == "pass", got
+    outcome, detail = got["QUAL-SUBGROUP-FILTER"]
+    assert outcome == "fail" and "backend filter 'gloo'" in detail and "Megatron-LM PR 5385" in detail, detail
+
+
+def test_megatron_core_breaks_on_nccl2_at_its_eager_new_group_with_non_members() -> None:
+    pytest.importorskip("megatron.core", reason="Megatron-Core is not installed (the test extra installs it)")
+    outcome, detail = outcomes(framework.run(MEGATRON, 4, TP2_PP2, timeout_s=5, stack="nccl2"))["SPLIT-MEMBERSHIP"]
+    assert outcome == "error" and "'ProcessGroupNCCL2' object has no attribute 'perform_nocolor_split'" in detail, \
+        detail

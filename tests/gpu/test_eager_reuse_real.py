@@ -25,7 +25,8 @@ from conformance.outcomes import CheckFailed, NotObservable
 from conformance.probes.launches import LaunchProbe
 from conformance.runner.forked import fork_and_collect
 from conformance.spec import load_catalog
-from conformance.targets.gloo import GlooDriver, GlooTarget
+from conformance.targets.base import Driver
+from conformance.targets.gloo import GlooTarget
 from conformance.targets.nccl import NcclProbe
 
 REAL = Path(__file__).parent / "samples" / "real"
@@ -96,10 +97,16 @@ class Replay:
         return {world_pointer(self.rank): ("0", [0, 1])} if self.phase != "before init" else {}
 
 
-class RecordedNcclDriver(GlooDriver):
+class RecordedNcclTarget(GlooTarget):
+    """gloo, standing in for NCCL's eagerly bound worlds: the recording replayed is of a bound world."""
+
+    features = GlooTarget.features | {"device_binding"}
+
+
+class RecordedNcclDriver(Driver):
     """gloo worlds (for the check's real traffic), the NCCL probe reading the replayed recording."""
 
-    def __init__(self, target: GlooTarget, replay: Replay) -> None:
+    def __init__(self, target: RecordedNcclTarget, replay: Replay) -> None:
         super().__init__(target)
         self.replay = replay
         self._nccl: NcclProbe | None = None
@@ -125,7 +132,7 @@ def _rank(rank: int, lazy: bool, tmp: str, ports: Any, q: Any) -> None:
         store = dist.TCPStore("127.0.0.1", ports.get(timeout=30), is_master=False)
         req = next(r for r in load_catalog() if r.id == "P2P-EAGER-REUSE")
         replay = Replay(rank, Path(tmp) / f"rank{rank}.log", lazy)
-        driver = RecordedNcclDriver(GlooTarget(), replay)
+        driver = RecordedNcclDriver(RecordedNcclTarget(), replay)
         driver.setup(rank, 2)
         ctx = CheckContext(rank, 2, driver, dist.PrefixStore("run/", store), req, 30.0)
         try:

@@ -90,15 +90,19 @@ def test_requirements_of_another_design_skip_with_the_reason(monkeypatch):
     from conformance.runner.orchestrate import precheck
     from conformance.targets import nccl, torchcomms
 
+    """The spec's skip_stacks, for the stack each GPU target runs: torchcomms, and nccl2 where 'nccl' builds it."""
     monkeypatch.setattr(torchcomms.TorchcommsTarget, "unavailable_reason", lambda self, world_size=1: None)
+    monkeypatch.setattr(nccl.NcclTarget, "unavailable_reason", lambda self, world_size=1: None)
     for rid in ("P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE", "SPLIT-UNBOUND-REFUSED"):
         outcome, detail = precheck(_requirement(rid), "torchcomms", None, 2)
-        assert outcome is Outcome.SKIP and "does not apply on target torchcomms" in detail
-    monkeypatch.setattr(nccl.dist.distributed_c10d, "_create_nccl2_process_group", object(), raising=False)
-    monkeypatch.delenv("TORCH_DIST_USE_NCCL2", raising=False)
-    assert set(nccl.NcclTarget().not_applicable) == {"P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE"}
-    monkeypatch.setenv("TORCH_DIST_USE_NCCL2", "0")
-    assert nccl.NcclTarget().not_applicable == {}
+        assert outcome is Outcome.SKIP and "does not apply on stack torchcomms" in detail, detail
+    for rid in ("P2P-LAZY-PAIR-COMM", "P2P-LAZY-WARN-ONCE", "SPLIT-NEWGROUP-NONMEMBERS"):
+        monkeypatch.setattr(nccl, "default_stack", lambda: "nccl2")
+        outcome, detail = precheck(_requirement(rid), "nccl", None, 2)
+        assert outcome is Outcome.SKIP and "does not apply on stack nccl2" in detail, detail
+        monkeypatch.setattr(nccl, "default_stack", lambda: "nccl-legacy")
+        decided = precheck(_requirement(rid), "nccl", None, 2)
+        assert decided is None or "does not apply" not in decided[1], decided
 
 
 def test_nccl_refusal_wording_is_accepted():

@@ -85,6 +85,8 @@ def test_the_most_severe_rank_decides_and_every_failing_rank_is_named():
     skips = [RankOutcome(r, Outcome.SKIP, "target lacks split") for r in range(4)]
     assert aggregate(skips) == (Outcome.SKIP, "target lacks split")
     assert merge_details([(0, "rank 0: x"), (1, "rank 0: x")]) == "rank 0: x; rank 0: x"  # another rank's words
+    raised = [(r, f"rank {r} raised: ValueError: x") for r in range(4)] + [(1, "rank 10 raised: y")]
+    assert merge_details(raised) == "ranks 0-3 raised: ValueError: x; rank 10 raised: y"
 
 
 def test_exit_codes():
@@ -99,7 +101,8 @@ def test_pytest_writes_the_report_the_cli_would(tmp_path):
     """The pytest collector and the CLI share finish_run: the same results give the same report (waivers,
     stale waivers, out-of-range waivers, what each unjudged MUST lacked), and a run that took time says so."""
     from conformance.pytest_plugin import _PROPERTY, _Collector
-    from conformance.session import SuiteRun, finish_run
+    from conformance.session import SuiteRun, finish_run, load_target_expectations
+    from conformance.targets import make_target
 
     def case(rid: str, ws: int, outcome: Outcome) -> Result:
         return Result(rid, "p2p", "MUST", ws, outcome, f"rank 0: {rid}", 0.1, "gloo",
@@ -115,7 +118,8 @@ def test_pytest_writes_the_report_the_cli_would(tmp_path):
         collector.pytest_runtest_logreport(SimpleNamespace(when="teardown", user_properties=[]))
     collector.pytest_sessionfinish(SimpleNamespace(shouldstop=False, shouldfail=False, testscollected=len(ran)), 0)
     written = json.loads((tmp_path / "gloo.json").read_text())
-    expected = finish_run(SuiteRun(results=ran, started=collector.started), "gloo").report
+    expected = finish_run(SuiteRun(results=ran, started=collector.started), make_target("gloo"),
+                          load_target_expectations("gloo")).report
     drop = ("finished", "digest")
     assert {k: v for k, v in written.items() if k not in drop} == {k: v for k, v in expected.items() if k not in drop}
     assert written["started"] < written["finished"]
