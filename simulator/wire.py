@@ -97,3 +97,8 @@ def envelope_key(src: int, dst: int, number: int) -> str:
 def rejected_key(src: int, dst: int) -> str:
     """The receiver's report on a send from ``src`` it rejected."""
     return f"p2p/{src}>{dst}/rejected"
+
+
+def mailbox_key(rank: int) -> str:
+    """The reference of local ``rank``'s mailbox (simulator.mailbox), posted once when it creates the communicator."""
+    return f"mbox/{rank}"
