@@ -11,8 +11,9 @@ the bell, which peers ring. Layout (64-bit words, then byte regions):
 - ``TOKEN`` (tells a reused fd number apart), and per phase of a collective the last ``seq`` posted and
   the length of the message in each of two regions (op ``seq`` uses region ``seq % 2``; see
   :mod:`simulator.control` for why two suffice);
-- per peer: P2P envelopes sent to it, envelopes taken from it, receives posted for it, and its sends
-  this rank rejected; receives posted for any source;
+- per peer: P2P envelopes sent to it, envelopes taken from it, receives posted for it, its sends
+  this rank rejected, and the op whose slot segment of the peer's this rank has mapped last
+  (:mod:`simulator.slots`); receives posted for any source;
 - per ordered channel to each peer: a ring of ``RING`` envelope slots, each stamped with the number
   of the envelope it holds;
 - what this rank is blocked in (text), read by peers' deadlock reports.
@@ -55,8 +56,8 @@ class Mailbox:
 
     def __init__(self, n: int, ref: str | None = None) -> None:
         self.n = n
-        self._sent, self._taken, self._posted, self._rejected = (_FIXED + i * n for i in range(4))
-        self._stamps = _FIXED + 4 * n
+        self._sent, self._taken, self._posted, self._rejected, self._mapped = (_FIXED + i * n for i in range(5))
+        self._stamps = _FIXED + 5 * n
         self._env_len = self._stamps + n * RING
         words = self._env_len + n * RING
         self._blocked = words * 8
@@ -161,6 +162,13 @@ class Mailbox:
 
     def add_rejected(self, peer: int) -> None:
         self.words[self._rejected + peer] += 1
+
+    def mapped(self, peer: int) -> int:
+        """The op at which the owner mapped ``peer``'s current slot segment (0: none yet)."""
+        return self.words[self._mapped + peer]
+
+    def set_mapped(self, peer: int, seq: int) -> None:
+        self.words[self._mapped + peer] = seq
 
     # ------------------------------------------------------------------ P2P envelopes
     def put_envelope(self, dst: int, number: int, body: bytes, taken: int) -> bool:

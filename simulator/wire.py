@@ -1,4 +1,5 @@
-"""Typed records the simulator's planes exchange through the store, and the store keys they live under.
+"""Typed records the simulator's planes exchange (through the mailboxes, simulator.mailbox, or, when one does not
+fit there, the store), and the store keys they live under when they go through the store.
 
 Every record is a frozen dataclass encoded as JSON with its field names (data only, never pickle:
 a store is shared with other processes). Keys are relative to one communicator's store prefix.
@@ -77,16 +78,6 @@ class Envelope:
 def phase_key(phase: str, seq: int, rank: int) -> str:
     """Message of local ``rank`` for phase ``phase`` ("meta", "reduced") of collective ``seq``."""
     return f"op/{seq}/{phase}/{rank}"
-
-
-def mapped_key(segment: str) -> str:
-    """Counter of peers that have mapped ``segment``."""
-    return f"seg/{segment}/mapped"
-
-
-def all_mapped_key(segment: str) -> str:
-    """Set once every peer has mapped ``segment``."""
-    return f"seg/{segment}/all"
 
 
 def envelope_key(src: int, dst: int, number: int) -> str:
