@@ -108,6 +108,10 @@ class ControlPlane:
             return None
         return self._open(j, st.get(key).decode())
 
+    def opened(self, j: int) -> bool:
+        """Whether member ``j``'s mailbox is open here already."""
+        return self._boxes[j] is not None
+
     def _open(self, j: int, ref: str) -> Mailbox:
         with self._boxes_lock:
             box = self._boxes[j]

@@ -101,8 +101,11 @@ class P2PPlane:
         assert own is not None
         with self._lock:
             own.add_receive_posted(src)
-        for j in range(ctl.n) if src is None else (src,):
-            if j != ctl.me:
+        if src is not None:
+            ctl.ring(src)
+            return
+        for j in range(ctl.n):  # any source: the peers reachable already (no store lookup per receive); another
+            if j != ctl.me and ctl.opened(j):  # sender blocked on this rank sees the count within a wait slice
                 ctl.ring(j)
 
     def recv(self, tensor: Tensor, src: int | None, tag: int) -> int:
