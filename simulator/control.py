@@ -50,7 +50,8 @@ class ControlPlane:
         if self.n > 1:
             self.mailbox = Mailbox(self.n)
             self._boxes[self.me] = self.mailbox
-            self.store().set(mailbox_key(self.me), self.mailbox.ref)
+            # through the store the communicator was created with: the creating thread needs no connection of its own
+            store.set(mailbox_key(self.me), self.mailbox.ref)
 
     def g(self, local: int) -> int:
         """The global rank of member ``local``."""
