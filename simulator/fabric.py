@@ -365,3 +365,4 @@ class Fabric(ListCollectives):
         self.control.closed = True
         self.p2p.close()
         self.slots.close()
+        self.control.close()

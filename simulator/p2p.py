@@ -1,22 +1,23 @@
 """The P2P plane: envelopes on ordered channels, tensor bytes in one segment per message.
 
-Per ordered channel (src, dst), envelope k (a :class:`simulator.wire.Envelope`) sits under its own
-key, read and deleted by the receiver; each message gets its own segment, a memfd with no name in
-/dev/shm (``simulator.shm.Handoff``) that the receiver opens through the sender's /proc fd and marks
-taken, so no message's bytes outlive the sending process, however it ends. Receives match the
-oldest pending envelope with the wanted tag, in arrival order.
+Per ordered channel (src, dst), envelope k (a :class:`simulator.wire.Envelope`) sits in slot k of the
+channel's ring in the sender's mailbox (:mod:`simulator.mailbox`; under its own store key only when it
+does not fit, or its slot still holds an envelope the receiver has not taken), published by the
+sender's count of envelopes sent, which the receiver reads; the sender rings the receiver's bell, and
+the receiver counts what it has taken in its own mailbox. Each message's bytes get their own segment,
+a memfd with no name in /dev/shm (``simulator.shm.Handoff``) that the receiver opens through the
+sender's /proc fd and marks taken, so no message's bytes outlive the sending process, however it ends.
+Receives match the oldest pending envelope with the wanted tag, in arrival order.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import math
 import threading
 import time
 from collections.abc import Sequence
 
-import torch.distributed as dist
 from torch import Tensor
 
 from simulator import rendezvous, shm, timeouts
@@ -45,7 +46,7 @@ class P2PPlane:
         self._popped = [0] * n
         self._pending: list[list[tuple[int, Envelope]]] = [[] for _ in range(n)]
         self._arrivals = 0
-        self._poppers: set[int] = set()
+        self._rejections = [0] * n  # rejections of this rank's sends each peer has reported, as seen here
         self._outbox: list[shm.Handoff] = []  # sent messages whose receiver has not taken them yet
         self.rendezvous_bytes = rendezvous.threshold_bytes()
 
@@ -55,133 +56,122 @@ class P2PPlane:
         ctl = self._ctl
         if ctl.closed:
             raise SimError(f"{ctl.where()}: send on rank {ctl.g(ctl.me)} after close()")
-        st = ctl.store()
-        err_key = rejected_key(ctl.me, dst)
-        if st.check([err_key]):  # reported, not raised: refusing this send would hang its matching recv
-            report = st.get(err_key).decode()
-            st.delete_key(err_key)
+        peer = ctl.peer(dst)
+        if peer is not None and peer.rejected(ctl.me) > self._rejections[dst]:
+            # reported, not raised: refusing this send would hang its matching recv
+            self._rejections[dst] = peer.rejected(ctl.me)
+            st = ctl.store()
+            report = st.get(rejected_key(ctl.me, dst)).decode()
             LOG.warn(f"{ctl.where()}: an earlier send from rank {ctl.g(ctl.me)} to rank {ctl.g(dst)} "
                      f"was rejected by the receiver: {report}", RuntimeWarning)
-        with self._lock:
-            k = self._sent[dst]
-            self._sent[dst] += 1
-            self._release_taken()
         name = None
+        segment = None
         if tensor.numel():
             segment = shm.Handoff(nbytes(tensor))
-            with self._lock:
-                self._outbox.append(segment)
             typed(segment.data, 0, tensor.dtype, tensor.numel()).view(tensor.shape).copy_(tensor)
             name = segment.ref
-        envelope = Envelope(k, tag, dtype_name(tensor.dtype), list(tensor.shape), name)
-        st.set(envelope_key(ctl.me, dst, k), envelope.encode())
+        own = ctl.mailbox
+        assert own is not None
+        with self._lock:  # envelopes of one channel are published in their order
+            self._release_taken()
+            if segment is not None:
+                self._outbox.append(segment)
+            k = self._sent[dst]
+            self._sent[dst] += 1
+            body = Envelope(k, tag, dtype_name(tensor.dtype), list(tensor.shape), name).encode()
+            if not own.put_envelope(dst, k, body.encode(), 0 if peer is None else peer.taken(ctl.me)):
+                ctl.store().set(envelope_key(ctl.me, dst, k), body)
+            own.mark_sent(dst, k + 1)
+        ctl.ring(dst)
         if self.rendezvous_bytes is not None and nbytes(tensor) >= self.rendezvous_bytes:
             try:
-                rendezvous.wait_posted(st, me=ctl.me, dst=dst, k=k, timeout_s=ctl.timeout_s,
-                                       what=f"send #{k} of {tdesc(tensor)} (tag {tag})",
-                                       names=(f"rank {ctl.g(ctl.me)}", f"rank {ctl.g(dst)}"),
-                                       where=ctl.where())
+                rendezvous.wait_posted(ctl, dst=dst, k=k, what=f"send #{k} of {tdesc(tensor)} (tag {tag})",
+                                       names=(f"rank {ctl.g(ctl.me)}", f"rank {ctl.g(dst)}"))
             except rendezvous.P2PDeadlock as exc:  # hung on NCCL: the communicator is unusable
                 ctl.broken = str(exc)
                 raise
 
     def post_receive(self, src: int | None) -> None:
-        """Record, when the application issues it, a receive from local rank ``src`` (None: any)."""
-        if self.rendezvous_bytes is not None:
-            rendezvous.post_receive(self._ctl.store(), src, self._ctl.me)
+        """Record, when the application issues it, a receive from local rank ``src`` (None: any), and wake the
+        sender(s) a rendezvous send may have blocked."""
+        if self.rendezvous_bytes is None:
+            return
+        ctl = self._ctl
+        own = ctl.mailbox
+        assert own is not None
+        with self._lock:
+            own.add_receive_posted(src)
+        if src is not None:
+            ctl.ring(src)
+            return
+        for j in range(ctl.n):  # any source: the peers reachable already (no store lookup per receive); another
+            if j != ctl.me and ctl.opened(j):  # sender blocked on this rank sees the count within a wait slice
+                ctl.ring(j)
 
     def recv(self, tensor: Tensor, src: int | None, tag: int) -> int:
         """Receive the oldest message with ``tag`` from ``src`` (any member if None); return its local src."""
         ctl = self._ctl
         if ctl.closed:
             raise SimError(f"{ctl.where()}: recv on rank {ctl.g(ctl.me)} after close()")
-        srcs = list(range(ctl.n)) if src is None else [src]
-        deadline = time.monotonic() + ctl.timeout_s
-        delay = 5e-5
-        blocked = False
-        try:
-            while True:
-                hit = self._take(srcs, tag)
-                if hit is not None:
-                    return self._consume(tensor, hit[0], hit[1], tag)
-                if not blocked and self.rendezvous_bytes is not None:  # peers' deadlock reports name it
-                    who = "any rank" if src is None else f"rank {ctl.g(src)}"
-                    ctl.store().set(rendezvous.blocked_key(ctl.me), f"recv of {tdesc(tensor)} (tag {tag}) from {who}")
-                    blocked = True
-                arrived = self._wait_message(srcs, src, tag, deadline, delay)
-                delay = 5e-5 if arrived else min(2 * delay, _POLL_MAX_S)
-        except RankTimeout:
-            blocked = False  # the key stays: the peer's own report names this receive
-            raise
-        finally:
-            if blocked:
-                ctl.store().delete_key(rendezvous.blocked_key(ctl.me))
+        srcs = [j for j in range(ctl.n) if j != ctl.me] if src is None else [src]
+        hit = self._take(srcs, tag)
+        if hit is None:
+            hit = self._wait_message(tensor, srcs, src, tag)
+        return self._consume(tensor, hit[0], hit[1], tag)
 
-    def _wait_message(self, srcs: list[int], src: int | None, tag: int, deadline: float, delay: float) -> bool:
-        """Wait (at most until ``deadline``) for an envelope from ``srcs``; True if one may have arrived."""
+    def _wait_message(self, tensor: Tensor, srcs: list[int], src: int | None, tag: int) -> tuple[int, Envelope]:
+        """Sleep on this rank's bell until a matching envelope arrives from ``srcs``, at most the timeout."""
         ctl = self._ctl
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            who = "any rank" if src is None else f"rank {ctl.g(src)}"
+        own = ctl.mailbox
+        assert own is not None
+        who = "any rank" if src is None else f"rank {ctl.g(src)}"
+        if self.rendezvous_bytes is not None:  # peers' deadlock reports name it
+            own.set_blocked(f"recv of {tdesc(tensor)} (tag {tag}) from {who}")
+        found: list[tuple[int, Envelope]] = []
+
+        def arrived() -> bool:
+            for j in srcs:
+                self._pop(j)
+            hit = self._take(srcs, tag)
+            if hit is not None:
+                found.append(hit)
+            return hit is not None
+
+        if not ctl.wait_until(arrived, time.monotonic() + ctl.timeout_s):
+            # what this rank is blocked in stays posted: the peer's own report names this receive
             nxt = "" if src is None else f" (seq: message #{self._recvd[src]} on that channel)"
             peer = ""
             if src is not None and self.rendezvous_bytes is not None:
-                peer = f"; rank {ctl.g(src)} {rendezvous.peer_state(ctl.store(), src)}"
+                peer = f"; rank {ctl.g(src)} {rendezvous.peer_state(ctl.peer(src))}"
             raise RankTimeout(f"{ctl.where()}: " + timeouts.message(
                 f"recv(tag={tag}) on rank {ctl.g(ctl.me)}", ctl.timeout_s,
                 f"no matching message from {who}{nxt}{peer}"))
-        if src is not None and self._claim(src):
-            try:
-                self._pop(src, remaining)
-            finally:
-                with self._lock:
-                    self._poppers.discard(src)
-            return True
-        if any(self._try_pop(j) for j in srcs):
-            return True
-        time.sleep(min(delay, remaining))
-        return False
+        if self.rendezvous_bytes is not None:
+            own.set_blocked(None)
+        return found[0]
 
-    def _try_pop(self, src: int) -> bool:
-        """Pop channel src -> me without blocking, unless another thread is popping it."""
-        if not self._claim(src):
+    def _pop(self, src: int) -> bool:
+        """Move the envelopes ``src`` has posted on channel src -> me to the pending list; False if none."""
+        ctl = self._ctl
+        box = ctl.peer(src)
+        if box is None or box.sent(ctl.me) <= self._popped[src]:
             return False
-        try:
-            return self._pop(src, None)
-        finally:
-            with self._lock:
-                self._poppers.discard(src)
-
-    def _claim(self, src: int) -> bool:
-        """Become the only thread popping channel src -> me."""
         with self._lock:
-            if src in self._poppers:
-                return False
-            self._poppers.add(src)
-            return True
-
-    def _pop(self, src: int, timeout: float | None) -> bool:
-        """Move the next envelope of channel src -> me to the pending list; block up to ``timeout`` if given.
-
-        The caller has claimed the channel: envelope k of a channel sits under its own key, which only
-        this thread reads and deletes.
-        """
-        st = self._ctl.store()
-        key = envelope_key(src, self._ctl.me, self._popped[src])
-        if timeout is None:
-            if not st.check([key]):
-                return False
-        else:
-            try:
-                st.wait([key], datetime.timedelta(seconds=max(timeout, 1e-3)))
-            except dist.DistStoreError:
-                return False
-        raw = st.get(key)
-        st.delete_key(key)
-        with self._lock:
-            self._popped[src] += 1
-            self._pending[src].append((self._arrivals, Envelope.decode(raw)))
-            self._arrivals += 1
+            count = box.sent(ctl.me)
+            while self._popped[src] < count:
+                k = self._popped[src]
+                raw = box.envelope(ctl.me, k)
+                if raw is None:  # it went through the store
+                    key = envelope_key(src, ctl.me, k)
+                    raw = ctl.store().get(key)
+                    ctl.store().delete_key(key)
+                self._pending[src].append((self._arrivals, Envelope.decode(raw)))
+                self._arrivals += 1
+                self._popped[src] = k + 1
+            own = ctl.mailbox
+            assert own is not None
+            own.set_taken(src, self._popped[src])
+        ctl.ring(src)  # a sender closing waits for its envelopes to be taken
         return True
 
     def _take(self, srcs: list[int], tag: int) -> tuple[int, Envelope] | None:
@@ -208,10 +198,15 @@ class P2PPlane:
             if name is not None:  # refused: the sender may let it go
                 with contextlib.suppress(FileNotFoundError):
                     shm.mark_taken(shm.open_handoff(name)[1])
+                ctl.ring(src)
             report = (f"{ctl.where()}: recv(tag={tag}) on rank {ctl.g(ctl.me)} matched message "
                       f"#{env.number} from rank {ctl.g(src)}: expected {tdesc(tensor)} (receive buffer), "
                       f"observed {env.describe()} (sent by rank {ctl.g(src)})")
-            ctl.store().set(rejected_key(src, ctl.me), report)
+            ctl.store().set(rejected_key(src, ctl.me), report)  # the report, then the count that announces it
+            own = ctl.mailbox
+            assert own is not None
+            with self._lock:
+                own.add_rejected(src)
             raise P2PMismatch(report)
         if name is not None:
             try:
@@ -221,6 +216,7 @@ class P2PPlane:
                                f"#{env.number} from rank {ctl.g(src)} was dropped (sender closed)") from None
             tensor.copy_(typed(buf, 0, dtype, tensor.numel()).view(tensor.shape))
             shm.mark_taken(head)
+            ctl.ring(src)  # a sender closing waits for its messages to be taken
         return src
 
     def _release_taken(self) -> None:
@@ -229,19 +225,25 @@ class P2PPlane:
             segment.close()
         self._outbox = [s for s in self._outbox if s.fd >= 0]
 
+    def _unreceived(self) -> bool:
+        """Whether a message this rank sent is not taken yet: its bytes, or (an empty tensor's) its envelope."""
+        ctl = self._ctl
+        with self._lock:
+            self._release_taken()
+            if self._outbox:
+                return True
+        for dst, sent in enumerate(self._sent):
+            box = ctl.peer(dst) if sent else None
+            if sent and (box is None or box.taken(ctl.me) < sent):
+                return True
+        return False
+
     def close(self) -> None:
         """Give sends not yet received a grace period of min(timeout_s, 10 s) to be picked up (none on a
         broken communicator), then close the segments of those still unreceived (dropped)."""
-        deadline = time.monotonic() + (0.0 if self._ctl.broken else min(self._ctl.timeout_s, _CLOSE_GRACE_S))
-        delay = 1e-4
-        while True:
-            with self._lock:
-                self._release_taken()
-                unreceived = list(self._outbox)
-            if not unreceived or time.monotonic() >= deadline:
-                break
-            time.sleep(delay)
-            delay = min(2 * delay, 0.05)
+        grace = 0.0 if self._ctl.broken else min(self._ctl.timeout_s, _CLOSE_GRACE_S)
+        if any(self._sent) and grace:
+            self._ctl.wait_until(lambda: not self._unreceived(), time.monotonic() + grace)
         with self._lock:
             for segment in self._outbox:
                 segment.close()
@@ -262,7 +264,7 @@ def recv_any(channels: Sequence[tuple[P2PPlane, int]], tensor: Tensor, tag: int)
     while True:
         for i, (plane, src) in enumerate(channels):
             hit = plane._take([src], tag)
-            if hit is None and plane._try_pop(src):
+            if hit is None and plane._pop(src):
                 hit = plane._take([src], tag)
             if hit is not None:
                 plane._consume(tensor, hit[0], hit[1], tag)

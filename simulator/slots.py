@@ -3,19 +3,22 @@
 Each rank owns one pooled segment holding two slots; op ``seq`` writes slot ``seq % 2``. A rank
 finishing op ``s`` has seen every peer's metadata for op ``s``, which peers post only after
 finishing op ``s - 1``, so by the time it writes slot ``s % 2`` again (op ``s + 2``) nobody reads
-it any more. A segment's name is unlinked as soon as every peer has mapped it (the last mapper
-unlinks, counted with ``store.add``), so nothing stays in /dev/shm after an op, and the memory is
-freed by the kernel when the last process holding a mapping exits, even on SIGKILL.
+it any more. A segment's name is unlinked by its owner as soon as every peer has mapped it (each peer
+says so in its mailbox, :mod:`simulator.mailbox`, and rings the owner), so nothing stays in /dev/shm
+after an op, and the memory is freed by the kernel when the last process holding a mapping exits,
+even on SIGKILL.
 """
 
 from __future__ import annotations
+
+import time
 
 from torch import Tensor
 
 from simulator import shm, timeouts
 from simulator.control import ControlPlane
 from simulator.errors import SimError
-from simulator.wire import OpMeta, all_mapped_key, mapped_key
+from simulator.wire import OpMeta
 
 _PAGE = 4096
 _MIN_SLOT = 1 << 16
@@ -51,13 +54,14 @@ class SlotPlane:
         return self._own[start:start + self.slot_bytes]
 
     def map_peers(self, seq: int, metas: list[OpMeta], what: str) -> None:
-        """Map peers' new segments; the last member to map one unlinks its name and tells the owner.
+        """Map peers' new segments and say so in this rank's mailbox; the owner of a new segment waits until every
+        peer has mapped it, then unlinks its name.
 
-        The owner of a new segment waits for that signal, so once any rank has finished the op that
-        published a segment every member holds a mapping and close() can never pull it from a peer.
+        So once any rank has finished the op that published a segment every member holds a mapping, and
+        close() can never pull it from a peer.
         """
         ctl = self._ctl
-        st = ctl.store()
+        own = ctl.mailbox
         for j, meta in enumerate(metas):
             name = meta.segment
             current = self._peer[j]
@@ -68,19 +72,21 @@ class SlotPlane:
             except FileNotFoundError:
                 raise SimError(f"{ctl.where(seq)}: shared-memory segment {name} of rank {ctl.g(j)} "
                                f"is gone (was it swept?)") from None
-            if st.add(mapped_key(name), 1) == ctl.n - 1:
-                shm.unlink(name)
-                st.set(all_mapped_key(name), "1")
+            assert own is not None
+            own.set_mapped(j, seq)
+            ctl.ring(j)
         fresh, self._fresh = self._fresh, None
         if fresh is None:
             return
-        if not timeouts.wait_keys(st, [all_mapped_key(fresh)], ctl.timeout_s):
-            mapped = st.add(mapped_key(fresh), 0)
+        boxes = ctl.peers(range(ctl.n), seq, what)
+        peers = [j for j in range(ctl.n) if j != ctl.me]
+        if not ctl.wait_until(lambda: all(boxes[j].mapped(ctl.me) >= seq for j in peers),
+                              time.monotonic() + ctl.timeout_s):
+            mapped = sum(boxes[j].mapped(ctl.me) >= seq for j in peers)
             raise ctl.timed_out(f"{ctl.where(seq)}: " + timeouts.message(
                 f"{what} on rank {ctl.g(ctl.me)}", ctl.timeout_s,
                 f"peers did not map segment {fresh} ({mapped} of {ctl.n - 1} did)"))
-        st.delete_key(mapped_key(fresh))
-        st.delete_key(all_mapped_key(fresh))
+        shm.unlink(fresh)
 
     def slot(self, seq: int, j: int, meta: OpMeta) -> Tensor | None:
         """Member ``j``'s slot for op ``seq`` (None if it posted no payload)."""

@@ -1,4 +1,5 @@
-"""Typed records the simulator's planes exchange through the store, and the store keys they live under.
+"""Typed records the simulator's planes exchange (through the mailboxes, simulator.mailbox, or, when one does not
+fit there, the store), and the store keys they live under when they go through the store.
 
 Every record is a frozen dataclass encoded as JSON with its field names (data only, never pickle:
 a store is shared with other processes). Keys are relative to one communicator's store prefix.
@@ -79,16 +80,6 @@ def phase_key(phase: str, seq: int, rank: int) -> str:
     return f"op/{seq}/{phase}/{rank}"
 
 
-def mapped_key(segment: str) -> str:
-    """Counter of peers that have mapped ``segment``."""
-    return f"seg/{segment}/mapped"
-
-
-def all_mapped_key(segment: str) -> str:
-    """Set once every peer has mapped ``segment``."""
-    return f"seg/{segment}/all"
-
-
 def envelope_key(src: int, dst: int, number: int) -> str:
     """Envelope ``number`` of the channel from local rank ``src`` to ``dst``."""
     return f"p2p/{src}>{dst}/{number}"
@@ -97,3 +88,8 @@ def envelope_key(src: int, dst: int, number: int) -> str:
 def rejected_key(src: int, dst: int) -> str:
     """The receiver's report on a send from ``src`` it rejected."""
     return f"p2p/{src}>{dst}/rejected"
+
+
+def mailbox_key(rank: int) -> str:
+    """The reference of local ``rank``'s mailbox (simulator.mailbox), posted once when it creates the communicator."""
+    return f"mbox/{rank}"

@@ -1,14 +1,18 @@
-"""The fabric's typed wire records and the store-connection pool, in one process."""
+"""The fabric's typed wire records, the store-connection pool and the control plane's exchange, in one process."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.distributed as dist
 
 from simulator import connections
+from simulator.control import ControlPlane
+from simulator.errors import RankTimeout
+from simulator.mailbox import META_BYTES
 from simulator.payload import from_text, layout, pack, to_text, typed
 from simulator.wire import Envelope, OpMeta, Splits, envelope_key, phase_key, rejected_key
 
@@ -81,23 +85,56 @@ def test_connections_of_ended_threads_are_reused(max_idle: int, reopened: int, m
     assert len(new) == reopened, f"second wave opened {len(new)} connections, expected {reopened}"
 
 
-@pytest.mark.parametrize("own_connection", [True, False])
-def test_exchange_timeout_names_the_absent_rank(own_connection: bool) -> None:
-    from simulator.control import ControlPlane
-    from simulator.errors import RankTimeout
-
+def _planes(own_connection: bool, timeout_s: float = 0.5) -> Callable[[int], ControlPlane]:
+    """A maker of rank ``r``'s control plane of a 3-rank communicator on one store (ranks as planes in one process)."""
     server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     prefixes = ("ns/", "comm/c0/")
-    base = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
-    ctl = ControlPlane(base, "c0", [0, 1, 2], 0, 0.5, root=server if own_connection else None,
-                       prefixes=prefixes if own_connection else ())
-    peer = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
-    peer.set("op/1/meta/1", "from rank 1")
+
+    def plane(rank: int) -> ControlPlane:
+        base = dist.PrefixStore(prefixes[1], dist.PrefixStore(prefixes[0], server))
+        return ControlPlane(base, "c0", [0, 1, 2], rank, timeout_s, root=server if own_connection else None,
+                            prefixes=prefixes if own_connection else ())
+    return plane
+
+
+@pytest.mark.parametrize("own_connection", [True, False])
+def test_exchange_timeout_names_the_absent_rank(own_connection: bool) -> None:
+    """Rank 2 absent twice: it never created the communicator (no mailbox in the store), then it has one but
+    posts nothing for the op; each time the timeout names it alone, and once it posts the exchange completes."""
+    plane = _planes(own_connection)
+    ctl, one = plane(0), plane(1)
+    assert one.mailbox is not None
+    one.mailbox.post("meta", 1, b"from rank 1")
     expected = r"Timed out waiting 500ms for all_reduce on rank 0: rank\(s\) 2 did not arrive \(arrived: 0, 1\)"
     with pytest.raises(RankTimeout, match=expected):
         ctl.exchange(1, "meta", "mine", to=range(3), frm=range(3), what="all_reduce")
     assert ctl.broken
-    peer.set("op/2/meta/1", "one")
-    peer.set("op/2/meta/2", "two")
+    two = plane(2)
+    assert two.mailbox is not None
+    one.mailbox.post("meta", 2, b"one")
+    with pytest.raises(RankTimeout, match=expected):
+        ctl.exchange(2, "meta", "mine", to=range(3), frm=range(3), what="all_reduce")
+    two.mailbox.post("meta", 2, b"two")
     ctl.broken = None
     assert ctl.exchange(2, "meta", "mine", to=range(3), frm=range(3), what="all_reduce") == {1: "one", 2: "two"}
+
+
+def test_exchange_wakes_the_waiter_and_spills_a_large_message_to_the_store() -> None:
+    """Three ranks exchange at once, from threads: rank 1's message is larger than a mailbox region, so it goes
+    through the store (its key exists while the op is current); the others' through the mailboxes."""
+    plane = _planes(True, timeout_s=10.0)
+    ctls = [plane(r) for r in range(3)]
+    bodies = ["zero", "x" * (META_BYTES + 1), "two"]
+    got: dict[int, dict[int, str]] = {}
+
+    def run(r: int) -> None:
+        got[r] = ctls[r].exchange(1, "meta", bodies[r], to=range(3), frm=range(3), what="all_reduce")
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert got == {r: {j: bodies[j] for j in range(3) if j != r} for r in range(3)}
+    assert ctls[0].store().check([phase_key("meta", 1, 1)]), "the large message did not go through the store"
+    assert not ctls[0].store().check([phase_key("meta", 1, 0)]), "a small message went through the store"
