@@ -132,9 +132,12 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
                                      "requirement": args.requirement, "mutants_given": len(args.mutant)})
             atomic_write_text(meta_path, json.dumps(meta, indent=2))
     per_target: dict[str, dict[str, Any]] = {}
-    for name, target in TARGETS.items():  # the report covers every target with results for its current sources
+    # the report covers every target with results for its current sources, less mutants of modules the target
+    # no longer mutates (its planted defects: recorded before they were left out of the population)
+    for name, target in TARGETS.items():
         meta_path = args.results_dir / f"{name}.meta.json"
         rows = load_results(args.results_dir / f"{name}.jsonl", source_digest(ROOT, target))
+        rows = {i: r for i, r in rows.items() if Path(r["mutant"]["path"]).name not in target.planted}
         if meta_path.exists() and rows:
             per_target[name] = json.loads(meta_path.read_text()) | {"rows": list(rows.values())}
     judged = [Mutant(**r["mutant"]) for run in per_target.values() for r in run["rows"]]
