@@ -294,17 +294,20 @@ MIXED_SIZES = (3, (4 << 20) // 4 + 1, 5)  # int32 elements
 
 
 def _any_source_then_named(ctx: CheckContext) -> None:
-    """Rank 0 sends rank 1 three messages; rank 1 takes them with recv(src=None), recv(src=0), recv(src=None):
-    each receive gets the next message in send order, whichever way it names its source."""
-    if ctx.rank == 0:
+    """The last rank sends rank 0 three messages; rank 0 takes them with recv(src=None), a named recv,
+    recv(src=None): each receive gets the next message in send order, whichever way it names its source,
+    and an any-source recv reports the last rank."""
+    n, last = ctx.world_size, ctx.world_size - 1
+    if ctx.rank == last:
         for k, count in enumerate(MIXED_SIZES):
-            dist.send(torch.arange(count, dtype=torch.int32, device=ctx.device) * 3 + 1000 * k, 1)
-    elif ctx.rank == 1:
+            dist.send(torch.arange(count, dtype=torch.int32, device=ctx.device) * 3 + 1000 * k, 0)
+    elif ctx.rank == 0:
         for k, count in enumerate(MIXED_SIZES):
             got = torch.zeros(count, dtype=torch.int32, device=ctx.device)
-            src = dist.recv(got, src=0 if k == 1 else None)
-            what = f"rank 1: message #{k + 1} of rank 0 ({count} int32) by recv(src={0 if k == 1 else None})"
-            ctx.expect_equal(f"{what}: the source recv reported", 0, src)
+            named = last if k == 1 else None
+            src = dist.recv(got, src=named)
+            what = f"rank 0: message #{k + 1} of rank {last} ({count} int32) by recv(src={named}) (world {n})"
+            ctx.expect_equal(f"{what}: the source recv reported", last, src)
             want = torch.arange(count, dtype=torch.int32) * 3 + 1000 * k
             wrong = (got.cpu() != want).nonzero()
             if len(wrong):
