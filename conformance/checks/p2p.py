@@ -118,6 +118,8 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
         _exchange(ctx, ring(ctx.world_size), salt=salt)
     _exchange(ctx, all_pairs(ctx.world_size), salt=9)
     created = new_comms(ctx, since)
+    if "p2p_any_source" in ctx.target.capabilities:  # a lazy group's any-source receive (its barrier makes the
+        _any_source_then_named(ctx)                  # group's own communicator: counted after `created`)
     if not created:
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
         stack = ctx.target.target.stack
@@ -296,9 +298,10 @@ MIXED_SIZES = (3, (4 << 20) // 4 + 1, 5)  # int32 elements
 def _any_source_then_named(ctx: CheckContext) -> None:
     """The last rank sends rank 0 three messages; rank 0 takes them with recv(src=None), a named recv,
     recv(src=None): each receive gets the next message in send order, whichever way it names its source,
-    and an any-source recv reports the last rank."""
+    and an any-source recv reports the last rank. The first receive waits for its message."""
     n, last = ctx.world_size, ctx.world_size - 1
     if ctx.rank == last:
+        time.sleep(0.2)  # the first receive is issued (and waits) before any message exists
         for k, count in enumerate(MIXED_SIZES):
             dist.send(torch.arange(count, dtype=torch.int32, device=ctx.device) * 3 + 1000 * k, 0)
     elif ctx.rank == 0:
