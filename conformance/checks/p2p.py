@@ -291,14 +291,17 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
 
 
 # Past 4 MiB (NCCL's default channel buffer, NCCL_BUFFSIZE) a stack may move a message only once its receive
-# is posted: the middle message of the mix below is that large.
-MIXED_SIZES = (3, (4 << 20) // 4 + 1, 5)  # int32 elements
+# is posted: the second and fourth messages of the mix below are that large, one taken by a named receive,
+# one by an any-source receive.
+BIG_MESSAGE = (4 << 20) // 4 + 1  # int32 elements
+MIXED_SIZES = (3, BIG_MESSAGE, 5, BIG_MESSAGE)
+NAMED_IN_MIX = (1,)  # which receives of the mix name their source
 
 
 def _any_source_then_named(ctx: CheckContext) -> None:
-    """The last rank sends rank 0 three messages; rank 0 takes them with recv(src=None), a named recv,
-    recv(src=None): each receive gets the next message in send order, whichever way it names its source,
-    and an any-source recv reports the last rank. The first receive waits for its message."""
+    """The last rank sends rank 0 four messages; rank 0 takes them with recv(src=None), a named recv, then
+    recv(src=None) twice: each receive gets the next message in send order, whichever way it names its
+    source, and an any-source recv reports the last rank. The first receive waits for its message."""
     n, last = ctx.world_size, ctx.world_size - 1
     if ctx.rank == last:
         time.sleep(0.2)  # the first receive is issued (and waits) before any message exists
@@ -307,7 +310,7 @@ def _any_source_then_named(ctx: CheckContext) -> None:
     elif ctx.rank == 0:
         for k, count in enumerate(MIXED_SIZES):
             got = torch.zeros(count, dtype=torch.int32, device=ctx.device)
-            named = last if k == 1 else None
+            named = last if k in NAMED_IN_MIX else None
             src = dist.recv(got, src=named)
             what = f"rank 0: message #{k + 1} of rank {last} ({count} int32) by recv(src={named}) (world {n})"
             ctx.expect_equal(f"{what}: the source recv reported", last, src)
