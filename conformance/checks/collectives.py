@@ -164,22 +164,19 @@ LARGE_VIEW_NUMEL = (4 << 20) // 8 + 4
 
 
 def _large_view_case(ctx: CheckContext, world: list[int], root: int | None) -> None:
-    """all_reduce (``root`` None) or reduce to ``root`` of a transposed, strided 2 x LARGE_VIEW_NUMEL / 2 int64
-    view (no flat view of it exists): element i of its row-major order holds i * (m + 1) + m on rank m; the
-    SUM is exact, the elements of the backing tensor between stay 77."""
+    """all_reduce (``root`` None) or reduce to ``root`` of the transpose of a LARGE_VIEW_NUMEL / 2 x 2 int64
+    tensor (non-contiguous, no flat view of it exists; its storage no larger than the view, so a backend
+    that ships whole storages moves no more than for a contiguous tensor): element i of its row-major order
+    holds i * (m + 1) + m on rank m; the SUM is exact."""
     n, numel = len(world), LARGE_VIEW_NUMEL
     base = torch.arange(numel, dtype=torch.int64).view(2, numel // 2)
-    backing = torch.full((numel // 2, 2, 2), 77, dtype=torch.int64, device=ctx.device)
-    view = backing[:, :, 0].t()
+    view = torch.empty((numel // 2, 2), dtype=torch.int64, device=ctx.device).t()
     view.copy_(base * (ctx.rank + 1) + ctx.rank)
     op = "all_reduce" if root is None else f"reduce to rank {root}"
-    what = f"world: {op} SUM of a transposed strided int64[2, {numel // 2}] view ({numel * 8} bytes)"
+    what = f"world: {op} SUM of a transposed int64[2, {numel // 2}] view ({numel * 8} bytes)"
     call = (lambda: dist.all_reduce(view)) if root is None else (lambda: dist.reduce(view, dst=root))
     if not _run_case(ctx, what, False, ("contiguous", "Contiguous", "dense"), call):
         return
-    untouched = backing[:, :, 1].cpu()
-    ctx.expect(bool((untouched == 77).all()), f"{what}: elements outside the view", "all 77",
-               f"{int((untouched != 77).sum())} changed")
     if root is not None and ctx.rank != root:
         return
     want = (base * (n * (n + 1) // 2) + n * (n - 1) // 2).reshape(-1)
