@@ -127,10 +127,12 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         finally:
             took = round(time.perf_counter() - started, 1)
             meta["wall_seconds"] = round(meta["wall_seconds"] + took, 1)
-            if todo:  # each invocation: how many it judged in how long (mutants per minute)
+            if todo:  # each invocation: how many it judged in how long (mutants per minute); one that judged
+                # nothing (a report rebuilt) leaves the facts of the runs that did (seed, judge arguments)
                 meta["runs"].append({"judged": len(todo), "wall_seconds": took, "jobs": args.jobs,
-                                     "requirement": args.requirement, "mutants_given": len(args.mutant)})
-            atomic_write_text(meta_path, json.dumps(meta, indent=2))
+                                     "requirement": args.requirement, "mutants_given": len(args.mutant),
+                                     "judge_args": judge_args})
+                atomic_write_text(meta_path, json.dumps(meta, indent=2))
     per_target: dict[str, dict[str, Any]] = {}
     # the report covers every target with results for its current sources, less mutants of modules the target
     # no longer mutates (its planted defects: recorded before they were left out of the population)
