@@ -141,3 +141,22 @@ def test_the_score_leaves_out_equivalent_and_incompetent_mutants() -> None:
     s = report.summarize(rows, triage)
     assert (s["judged"], s["equivalent"], s["gaps"], s["incompetent"]) == (5, 1, 1, 1)
     assert s["score"] == 0.75 and s["raw_score"] == 0.6
+
+
+def test_a_triage_entry_written_for_another_line_is_stale() -> None:
+    # an id is a position: once code above it moves, the same id names another mutation, which the old
+    # entry must not triage
+    def row(mid: str, removed: str) -> dict:
+        return {"mutant": {"id": mid}, "status": "survived", "seconds": 1.0,
+                "diff": f"--- f.py\n+++ f.py\n@@ -3 +3 @@\n-    {removed}\n+    mutated\n"}
+
+    rows = [row("a", "x = 1"), row("b", "y = 2")]
+    triage = {"a": {"class": "equivalent", "why": "w", "line": "x = 1"},
+              "b": {"class": "equivalent", "why": "w", "line": "z = 3"}}
+    s = report.summarize(rows, triage)
+    assert (s["equivalent"], s["untriaged"], s["gaps"]) == (1, 1, 1)
+    assert report.triage_of(rows[1], triage) is None and report.mutated_line(rows[0]["diff"]) == "x = 1"
+
+
+def test_the_triage_entries_name_their_line() -> None:
+    assert all(e["line"] for e in report.load_triage().values())

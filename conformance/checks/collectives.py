@@ -159,6 +159,36 @@ def _gather_cases(ctx: CheckContext, group: Any, members: list[int], label: str)
             ctx.expect(bad is None, f"{what}: chunk {me} of every member's list", want, bad)
 
 
+# int64 elements past 4 MiB: where a stack may reduce a tensor chunk by chunk, one chunk per rank (the
+# simulator's fabric does from 4 MiB); the generated plan's MiB sizes are contiguous
+LARGE_VIEW_NUMEL = (4 << 20) // 8 + 4
+
+
+def _large_view_case(ctx: CheckContext, world: list[int], root: int | None) -> None:
+    """all_reduce (``root`` None) or reduce to ``root`` of the transpose of a LARGE_VIEW_NUMEL / 2 x 2 int64
+    tensor (non-contiguous, no flat view of it exists; its storage no larger than the view, so a backend
+    that ships whole storages moves no more than for a contiguous tensor): element i of its row-major order
+    holds i * (m + 1) + m on rank m; the SUM is exact."""
+    n, numel = len(world), LARGE_VIEW_NUMEL
+    base = torch.arange(numel, dtype=torch.int64).view(2, numel // 2)
+    view = torch.empty((numel // 2, 2), dtype=torch.int64, device=ctx.device).t()
+    view.copy_(base * (ctx.rank + 1) + ctx.rank)
+    op = "all_reduce" if root is None else f"reduce to rank {root}"
+    what = f"world: {op} SUM of a transposed int64[2, {numel // 2}] view ({numel * 8} bytes)"
+    call = (lambda: dist.all_reduce(view)) if root is None else (lambda: dist.reduce(view, dst=root))
+    if not _run_case(ctx, what, False, ("contiguous", "Contiguous", "dense"), call):
+        return
+    if root is not None and ctx.rank != root:
+        return
+    want = (base * (n * (n + 1) // 2) + n * (n - 1) // 2).reshape(-1)
+    got = view.cpu().reshape(-1)
+    wrong = (got != want).nonzero()
+    if len(wrong):
+        i = int(wrong[0])
+        raise CheckFailed(f"rank {ctx.rank}: {what}: element {i} (row-major) is {int(got[i])}, expected "
+                          f"{int(want[i])} ({len(wrong)} of {numel} wrong)")
+
+
 @check("COLL-NONCONTIGUOUS")
 def noncontiguous(ctx: CheckContext) -> None:
     """all_reduce and broadcast on a non-contiguous view: exact (the rest untouched) or refused naming it."""
@@ -177,6 +207,8 @@ def noncontiguous(ctx: CheckContext) -> None:
             found.case(ctx.expect_equal, f"{what}: column outside the view", [0] * 5,
                        backing[:, 1].cpu().long().tolist())
             found.case(ctx.expect, bad is None, what, f"rank {root}'s input", bad)
+    for root in (None, ctx.world_size - 1):
+        found.case(_large_view_case, ctx, world, root)
     found.checkpoint()
     for label, group, members in sweep_groups(ctx):
         if label == "world" or members == list(range(1, ctx.world_size)):

@@ -109,24 +109,49 @@ def split_inherit_copy(ctx: CheckContext) -> None:
     ctx.expect(not changed, "parent's options after the child's options object was changed", "unchanged", changed)
 
 
+# the second torchcomms group: the first option left unset (its default, False), the others set, so that
+# each later option is shown to arrive on its own
+LATER_OPTIONS = {k: v for k, v in OPTIONS.items() if k != "is_high_priority_stream"}
+
+
 @check("HINT-TORCHCOMMS-OPTIONS")
 def torchcomms_options(ctx: CheckContext) -> None:
-    """On the torchcomms path, options arrive as hints under names torchcomms reads (or are refused)."""
+    """On the torchcomms path, options arrive as hints under names torchcomms reads (or are refused): the
+    world's (every option set), then a new group's (the first option unset)."""
     try:
         world = ctx.init_world("eager", pg_options=options_part(ctx).make(**OPTIONS), path="torchcomms")
     except (ValueError, TypeError, NotImplementedError) as exc:
-        if not any(key in str(exc) for keys in HINT_KEYS.values() for key in keys) and "pg_options" not in str(exc):
-            raise CheckFailed(f"rank {ctx.rank}: init on the torchcomms path raised {type(exc).__name__}: {exc}, "
-                              "which names no option: not a refusal of the options") from None
-        ctx.note(f"options refused loudly on the torchcomms path: {type(exc).__name__}: {exc}")
+        _refused(ctx, exc)
         return
-    hints = _config(ctx, world, "torchcomms comm").get("hints") or {}
-    for option, value in OPTIONS.items():
+    _expect_hints(ctx, world, "torchcomms world", OPTIONS)
+    try:
+        group = dist.new_group(list(range(ctx.world_size)), pg_options=options_part(ctx).make(**LATER_OPTIONS))
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        _refused(ctx, exc)
+        return
+    _expect_hints(ctx, group, "torchcomms new_group", LATER_OPTIONS)
+
+
+def _refused(ctx: CheckContext, exc: Exception) -> None:
+    """A refusal of the options on the torchcomms path must name one, and must not call a valid value invalid."""
+    text = str(exc)
+    if not any(key in text for keys in HINT_KEYS.values() for key in keys) and "pg_options" not in text:
+        raise CheckFailed(f"rank {ctx.rank}: init on the torchcomms path raised {type(exc).__name__}: {exc}, "
+                          "which names no option: not a refusal of the options") from None
+    if "invalid" in text.lower():  # every value of OPTIONS is within NCCL's bounds
+        raise CheckFailed(f"rank {ctx.rank}: the torchcomms path called valid options {OPTIONS} invalid: "
+                          f"{type(exc).__name__}: {exc}") from None
+    ctx.note(f"options refused loudly on the torchcomms path: {type(exc).__name__}: {exc}")
+
+
+def _expect_hints(ctx: CheckContext, group: dist.ProcessGroup, what: str, options: dict[str, Any]) -> None:
+    hints = _config(ctx, group, f"{what} comm").get("hints") or {}
+    for option, value in options.items():
         keys = HINT_KEYS[option]
         found = {k: hints[k] for k in keys if k in hints}
         wanted = str(value).lower()
         ok = any(str(v).lower() == wanted for v in found.values())
-        ctx.expect(ok, f"option {option}={value!r} as a CommOptions hint under {list(keys)}",
+        ctx.expect(ok, f"{what}: option {option}={value!r} as a CommOptions hint under {list(keys)}",
                    wanted, found or f"absent (hints: {dict(hints)})")
 
 

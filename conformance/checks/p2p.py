@@ -29,7 +29,7 @@ from conformance.checks.common import (
 )
 from conformance.checks.generated import run_plan
 from conformance.checks.registry import CheckContext, check
-from conformance.outcomes import NotObservable, Skipped
+from conformance.outcomes import CheckFailed, NotObservable, Skipped
 from conformance.probe import observing
 from conformance.torch_compat import PAIR_P2P_STACKS
 
@@ -118,6 +118,8 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
         _exchange(ctx, ring(ctx.world_size), salt=salt)
     _exchange(ctx, all_pairs(ctx.world_size), salt=9)
     created = new_comms(ctx, since)
+    if "p2p_any_source" in ctx.target.capabilities:  # a lazy group's any-source receive (its barrier makes the
+        _any_source_then_named(ctx)                  # group's own communicator: counted after `created`)
     if not created:
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
         stack = ctx.target.target.stack
@@ -254,15 +256,19 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
     n, r = ctx.world_size, ctx.rank
     nxt, prv = (r + 1) % n, (r - 1) % n
     if "p2p_tags" in ctx.target.capabilities:
-        a, b = torch.full((3,), 1.0 + r, device=ctx.device), torch.full((3,), 2.0 + r, device=ctx.device)
-        ga, gb = torch.zeros(3, device=ctx.device), torch.zeros(3, device=ctx.device)
-        sends = [dist.isend(a, nxt, tag=11), dist.isend(b, nxt, tag=22)]
+        # sent with tags 11, 22, 5 and received 22, 5, 11: each receive passes over earlier messages whose tag
+        # is another, lower (22 over 11) or higher (5 over 11 and 22)
+        a, b, c = (torch.full((3,), k + r, dtype=torch.float32, device=ctx.device) for k in (1.0, 2.0, 3.0))
+        ga, gb, gc = (torch.zeros(3, device=ctx.device) for _ in range(3))
+        sends = [dist.isend(a, nxt, tag=11), dist.isend(b, nxt, tag=22), dist.isend(c, nxt, tag=5)]
         dist.recv(gb, prv, tag=22)
+        dist.recv(gc, prv, tag=5)
         dist.recv(ga, prv, tag=11)
         for w in sends:
             w.wait()
         ctx.expect_equal("tag 22 received first", [2.0 + prv] * 3, gb.tolist())
-        ctx.expect_equal("tag 11 received second", [1.0 + prv] * 3, ga.tolist())
+        ctx.expect_equal("tag 5 (sent last) received second", [3.0 + prv] * 3, gc.tolist())
+        ctx.expect_equal("tag 11 (sent first) received last", [1.0 + prv] * 3, ga.tolist())
     else:
         ctx.note("tag matching not checked: the target lacks capability p2p_tags (NCCL ignores tags); "
                  "a backend whose tags select among messages declares p2p_tags")
@@ -278,9 +284,43 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
             ctx.expect_equal("sources matched by recv(src=None)", set(range(1, n)), seen)
         else:
             dist.send(torch.full((2,), float(r), device=ctx.device), 0)
+        _any_source_then_named(ctx)
     else:
         ctx.note("recv(src=None) not checked: the target lacks capability p2p_any_source; "
                  "a backend with an any-source receive declares p2p_any_source")
+
+
+# Past 4 MiB (NCCL's default channel buffer, NCCL_BUFFSIZE) a stack may move a message only once its receive
+# is posted: the second and fourth messages of the mix below are that large, one taken by a named receive,
+# one by an any-source receive.
+BIG_MESSAGE = (4 << 20) // 4 + 1  # int32 elements
+MIXED_SIZES = (3, BIG_MESSAGE, 5, BIG_MESSAGE)
+NAMED_IN_MIX = (1,)  # which receives of the mix name their source
+
+
+def _any_source_then_named(ctx: CheckContext) -> None:
+    """The last rank sends rank 0 four messages; rank 0 takes them with recv(src=None), a named recv, then
+    recv(src=None) twice: each receive gets the next message in send order, whichever way it names its
+    source, and an any-source recv reports the last rank. The first receive waits for its message."""
+    n, last = ctx.world_size, ctx.world_size - 1
+    if ctx.rank == last:
+        time.sleep(0.2)  # the first receive is issued (and waits) before any message exists
+        for k, count in enumerate(MIXED_SIZES):
+            dist.send(torch.arange(count, dtype=torch.int32, device=ctx.device) * 3 + 1000 * k, 0)
+    elif ctx.rank == 0:
+        for k, count in enumerate(MIXED_SIZES):
+            got = torch.zeros(count, dtype=torch.int32, device=ctx.device)
+            named = last if k in NAMED_IN_MIX else None
+            src = dist.recv(got, src=named)
+            what = f"rank 0: message #{k + 1} of rank {last} ({count} int32) by recv(src={named}) (world {n})"
+            ctx.expect_equal(f"{what}: the source recv reported", last, src)
+            want = torch.arange(count, dtype=torch.int32) * 3 + 1000 * k
+            wrong = (got.cpu() != want).nonzero()
+            if len(wrong):
+                i = int(wrong[0])
+                raise CheckFailed(f"{what}: element {i} is {int(got[i])}, expected {int(want[i])} "
+                                  f"({len(wrong)} of {count} elements differ)")
+    dist.barrier()
 
 
 @check("P2P-MISMATCH")

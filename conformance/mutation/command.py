@@ -127,14 +127,19 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         finally:
             took = round(time.perf_counter() - started, 1)
             meta["wall_seconds"] = round(meta["wall_seconds"] + took, 1)
-            if todo:  # each invocation: how many it judged in how long (mutants per minute)
+            if todo:  # each invocation: how many it judged in how long (mutants per minute); one that judged
+                # nothing (a report rebuilt) leaves the facts of the runs that did (seed, judge arguments)
                 meta["runs"].append({"judged": len(todo), "wall_seconds": took, "jobs": args.jobs,
-                                     "requirement": args.requirement, "mutants_given": len(args.mutant)})
-            atomic_write_text(meta_path, json.dumps(meta, indent=2))
+                                     "requirement": args.requirement, "mutants_given": len(args.mutant),
+                                     "judge_args": judge_args})
+                atomic_write_text(meta_path, json.dumps(meta, indent=2))
     per_target: dict[str, dict[str, Any]] = {}
-    for name, target in TARGETS.items():  # the report covers every target with results for its current sources
+    # the report covers every target with results for its current sources, less mutants of modules the target
+    # no longer mutates (its planted defects: recorded before they were left out of the population)
+    for name, target in TARGETS.items():
         meta_path = args.results_dir / f"{name}.meta.json"
         rows = load_results(args.results_dir / f"{name}.jsonl", source_digest(ROOT, target))
+        rows = {i: r for i, r in rows.items() if Path(r["mutant"]["path"]).name not in target.planted}
         if meta_path.exists() and rows:
             per_target[name] = json.loads(meta_path.read_text()) | {"rows": list(rows.values())}
     judged = [Mutant(**r["mutant"]) for run in per_target.values() for r in run["rows"]]

@@ -213,6 +213,7 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
 
 _LIVE: set[subprocess.Popen[str]] = set()  # the judges running now, stopped together on an interrupt
 _LIVE_LOCK = threading.Lock()
+_STOPPED = threading.Event()  # set by stop_all: a judge it killed has no outcome to record
 
 
 def run_judge(slot: Path, target: str, judge_args: list[str], timeout_s: float) -> tuple[int | None, str, str]:
@@ -237,6 +238,7 @@ def run_judge(slot: Path, target: str, judge_args: list[str], timeout_s: float) 
 def stop_all() -> None:
     """Stop every running judge with its process group (on an interrupt: they run in sessions of their own,
     so a Ctrl-C at the terminal does not reach them)."""
+    _STOPPED.set()
     with _LIVE_LOCK:
         live = list(_LIVE)
     for proc in live:
@@ -312,10 +314,14 @@ def run_mutants(root: Path, mutants: list[Mutant], jobs: int, judge_args: list[s
         baseline = max(check_baseline(slot, t, judge_args, timeout_s) for t in sorted({m.target for m in mutants}))
         free.put(slot)
 
+        _STOPPED.clear()
+
         def one(mutant: Mutant) -> None:
             slot = free.get()
             try:
-                each(judge_mutant(slot, mutant, judge_args, timeout_s))
+                judged = judge_mutant(slot, mutant, judge_args, timeout_s)
+                if not _STOPPED.is_set():  # an interrupt killed it: not a crash of the mutant
+                    each(judged)
             finally:
                 free.put(slot)
 

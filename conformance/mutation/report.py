@@ -4,6 +4,9 @@ The triage (``conformance/mutation/triage.toml``) says of a surviving mutant whe
 behaviour a backend's user can observe changes; the reason says why) or a ``gap`` (a real bug no check
 catches; the entry says which check would). The score counts only non-equivalent mutants:
 caught / (judged - equivalent). A survivor without a triage entry is listed as untriaged and counted as a gap.
+An entry names the source line it was written for (``line``, the mutated line before the mutation, stripped):
+a mutant id is a position, so once the code above it moves the same id names another mutation, and an entry
+whose line is not the one the survivor's diff changes is stale: that survivor counts as untriaged.
 """
 
 from __future__ import annotations
@@ -23,10 +26,24 @@ def load_triage(path: Path = TRIAGE) -> dict[str, dict[str, str]]:
     if not path.exists():
         return {}
     entries = tomllib.loads(path.read_text()).get("mutant", [])
-    bad = [e.get("id") for e in entries if e.get("class") not in CLASSES or not e.get("why")]
+    bad = [e.get("id") for e in entries if e.get("class") not in CLASSES or not e.get("why") or not e.get("line")]
     if bad:
-        raise ValueError(f"{path}: entries need class in {CLASSES} and a why: {bad}")
+        raise ValueError(f"{path}: entries need class in {CLASSES}, a why and the line they were written for: {bad}")
     return {e["id"]: e for e in entries}
+
+
+def mutated_line(diff: str) -> str:
+    """The first source line a mutant's diff removes, stripped (what a triage entry's ``line`` names)."""
+    return next((ln[1:].strip() for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")), "")
+
+
+def triage_of(row: dict[str, Any], triage: dict[str, dict[str, str]]) -> dict[str, str] | None:
+    """The row's triage entry, unless it was written for another line (stale: the code moved)."""
+    entry = triage.get(row["mutant"]["id"])
+    line = mutated_line(row.get("diff", ""))
+    if entry is None or entry.get("line", line) != line:
+        return None
+    return entry
 
 
 def summarize(rows: list[dict[str, Any]], triage: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -35,12 +52,12 @@ def summarize(rows: list[dict[str, Any]], triage: dict[str, dict[str, str]]) -> 
     rows = [r for r in rows if r["status"] != INCOMPETENT]
     counts = {s: sum(r["status"] == s for r in rows) for s in (KILLED, TIMEOUT, CRASHED, SURVIVED)}
     survivors = [r for r in rows if r["status"] == SURVIVED]
-    equivalent = [r for r in survivors if triage.get(r["mutant"]["id"], {}).get("class") == "equivalent"]
+    equivalent = [r for r in survivors if (triage_of(r, triage) or {}).get("class") == "equivalent"]
     caught = sum(r["status"] in CAUGHT for r in rows)
     denominator = len(rows) - len(equivalent)
     return {"judged": len(rows), **counts, "incompetent": len(incompetent), "equivalent": len(equivalent),
             "gaps": len(survivors) - len(equivalent),
-            "untriaged": sum(r["mutant"]["id"] not in triage for r in survivors),
+            "untriaged": sum(triage_of(r, triage) is None for r in survivors),
             "raw_score": round(caught / max(1, len(rows)), 4),
             "score": round(caught / max(1, denominator), 4),
             "seconds": round(sum(r["seconds"] for r in rows), 1)}
@@ -53,7 +70,7 @@ def build(per_target: dict[str, dict[str, Any]], triage: dict[str, dict[str, str
     for name, run in per_target.items():
         rows = run["rows"]
         all_rows += rows
-        survivors = [{**r, "triage": triage.get(r["mutant"]["id"])} for r in rows if r["status"] == SURVIVED]
+        survivors = [{**r, "triage": triage_of(r, triage)} for r in rows if r["status"] == SURVIVED]
         out["targets"][name] = {k: v for k, v in run.items() if k != "rows"} | {
             "summary": summarize(rows, triage), "survivors": survivors,
             "caught": {r["mutant"]["id"]: {"status": r["status"], "caught_by": r.get("caught_by")}

@@ -38,7 +38,7 @@ def test_shipped_files_load():
     assert load_expectations("nccl") == []
     gloo = {e.requirement for e in load_expectations("gloo")}
     assert gloo == {"P2P-PEER-OUTSIDE", "P2P-MISMATCH", "COLL-NONCONTIGUOUS", "P2P-DATA", "COAL-SYNC-RESULTS",
-                    "API-WORK-FUTURE"}
+                    "API-WORK-FUTURE", "COLL-ALLTOALL-UNEVEN"}
     (entry,) = load_expectations("torchcomms")
     assert entry.requirement == "HINT-TORCHCOMMS-OPTIONS" and entry.outcome == "fail"
     assert entry.issue == "https://github.com/pytorch/pytorch/pull/187856"
