@@ -21,11 +21,12 @@ class MutationTarget:
 
 
 TARGETS = {
-    # flaws.py and defects.py are the planted defects and their table (simulator/parts.py): no clean run
-    # executes a flaw, so a mutant there survives by construction, as the defect-switch branches did before them
+    # flaws.py and defects.py are the planted defects and their table (simulator/parts.py), faults.py the planted
+    # crashes and hangs of the suite's own fault tests (armed by SIM_FAULT only): no clean run executes a flaw or
+    # a fault, so a mutant there survives by construction, as the defect-switch branches did before them
     "simulator": MutationTarget("simulator", "simulator", "sim",
                                 command="python -m conformance run --target sim --world-sizes 2,4",
-                                planted=("flaws.py", "defects.py")),
+                                planted=("flaws.py", "defects.py", "faults.py")),
     # cli.cmd_certify's options for toyccl's documented certification (examples/toyccl/README.md): what it
     # declares is verified, so the checks needing options, hints, split, tags and any-source run
     "toyccl": MutationTarget("toyccl", "examples/toyccl/toyccl", "vendor",
