@@ -33,7 +33,7 @@ from conformance.runner.pool import RankPool, RankReport
 from conformance.spec import load_catalog
 from conformance.targets.base import Driver, Target, WorldSpec
 from conformance.targets.sim import SimTarget
-from conformance.torch_compat import split_child_ranks
+from conformance.torch_compat import new_group_splits, split_child_ranks
 from conformance.verdict import ExitCode
 from simulator.stacks import STACKS
 
@@ -185,7 +185,7 @@ def observe_groups(rank: int, world_size: int, store: dist.Store, builder: str, 
         driver.setup(rank, world_size)
         simulator.register(simulator.LAZY_BACKEND_NAME, stack="nccl-lazy")  # as torch 2.15 registers nccl-lazy
         world = driver.init_world(store, rank, world_size, WorldSpec(mode="eager"), timeout_s)
-        with Recorder(STACKS[stack].new_group_splits) as recorder:
+        with Recorder(new_group_splits(stack)) as recorder:
             load_builder(builder)(**kwargs)
         return [observe(call, rank, world) for call in recorder.calls]
     finally:
