@@ -92,7 +92,7 @@ class TorchcommsPath(_AlwaysBound):
 
     # torch 2.13 makes every new_group (every backend's but "fake") through split_group on this routing (v2.13.0
     # distributed_c10d.py:5836-5862); 2.15 makes a subgroup's communicator with new_comm among its members alone,
-    # and its non-members take no part (v2.15.0 :7130-7136, :3015-3024, :3157-3164)
+    # and its non-members take no part (v2.15.0 :7130-7136, :3015-3024; new_comm via :3062-3074)
     new_group_splits = new_group_via_split = Version("2.15") > TORCH
 
     def perform_nocolor_split(self, device: Any) -> None:
