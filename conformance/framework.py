@@ -33,7 +33,7 @@ from conformance.runner.pool import RankPool, RankReport
 from conformance.spec import load_catalog
 from conformance.targets.base import Driver, Target, WorldSpec
 from conformance.targets.sim import SimTarget
-from conformance.torch_compat import split_child_ranks
+from conformance.torch_compat import new_group_splits, split_child_ranks
 from conformance.verdict import ExitCode
 from simulator.stacks import STACKS
 
@@ -55,15 +55,17 @@ def load_builder(spec: str) -> Callable[..., Any]:
 # ------------------------------------------------------------------------------ one rank
 class Recorder:
     """Wraps torch.distributed.new_group and split_group while the builder runs and keeps every call (a
-    split_group call as the one group it gives this rank: the split holding it, or none)."""
+    split_group call as the one group it gives this rank: the split holding it, or none), and whether the stack
+    splits its communicator from the world's (``new_group_splits``: a new_group's may be a fresh one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, new_group_splits: bool = True) -> None:
         self.calls: list[dict[str, Any]] = []
         self._originals = {"new_group": dist.new_group, "split_group": dist.split_group}
+        self._new_group_splits = new_group_splits
 
-    def _keep(self, asked: list[int], backend: Any, options: Any, group: Any) -> Any:
+    def _keep(self, asked: list[int], backend: Any, options: Any, group: Any, split: bool = True) -> Any:
         self.calls.append({"ranks": asked, "backend": None if backend is None else str(backend),
-                           "options": options, "group": group})
+                           "options": options, "group": group, "split": split})
         return group
 
     def __enter__(self) -> Recorder:
@@ -73,7 +75,7 @@ class Recorder:
                       *args: Any, **kwargs: Any) -> Any:
             group = new(ranks, timeout, backend, pg_options, *args, **kwargs)
             asked = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
-            return self._keep(asked, backend, pg_options, group)
+            return self._keep(asked, backend, pg_options, group, self._new_group_splits)
 
         def split_group(parent_pg: Any = None, split_ranks: Any = None, timeout: Any = None, pg_options: Any = None,
                         group_desc: Any = None, backend: Any = None, **kwargs: Any) -> Any:
@@ -119,7 +121,7 @@ def observe(call: dict[str, Any], rank: int, world: Any) -> dict[str, Any]:
     member = rank in asked
     seen: dict[str, Any] = {"ranks": asked, "backend": call["backend"], "member": member,
                             "filter_problem": _qualified(call["backend"], {"cpu"}),
-                            "options_given": call["options"] is not None}
+                            "options_given": call["options"] is not None, "split": call["split"]}
     is_group = isinstance(group, dist.ProcessGroup)
     seen["got_group"] = is_group
     if not (member and is_group):
@@ -183,7 +185,7 @@ def observe_groups(rank: int, world_size: int, store: dist.Store, builder: str, 
         driver.setup(rank, world_size)
         simulator.register(simulator.LAZY_BACKEND_NAME, stack="nccl-lazy")  # as torch 2.15 registers nccl-lazy
         world = driver.init_world(store, rank, world_size, WorldSpec(mode="eager"), timeout_s)
-        with Recorder() as recorder:
+        with Recorder(new_group_splits(stack)) as recorder:
             load_builder(builder)(**kwargs)
         return [observe(call, rank, world) for call in recorder.calls]
     finally:
@@ -236,9 +238,13 @@ def _binding(obs: dict[str, Any], rank: int) -> list[str]:
         return problems
     if "comm_mode" not in obs:
         return [*problems, f"{where}: no simulator communicator to inspect"]
-    if obs["comm_mode"] != "split" or obs["comm_parent"] != obs["parent_comm"]:
+    if obs["split"] and (obs["comm_mode"] != "split" or obs["comm_parent"] != obs["parent_comm"]):
         problems.append(f"{where}: expected a communicator split from {obs['parent_comm']}, observed mode "
                         f"{obs['comm_mode']!r} with parent {obs['comm_parent']}")
+    if not obs["split"] and (obs["comm_mode"] != "eager" or obs["comm_parent"] is not None):
+        # torch 2.15's torchcomms routing makes a new_group's communicator with new_comm (simulator.stacks)
+        problems.append(f"{where}: expected a fresh communicator among the members (new_comm, not split), "
+                        f"observed mode {obs['comm_mode']!r} with parent {obs['comm_parent']}")
     if obs["comm_device"] != obs["parent_device"]:
         problems.append(f"{where}: expected communicator device {obs['parent_device']}, observed {obs['comm_device']}")
     return problems

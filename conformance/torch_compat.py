@@ -111,3 +111,14 @@ NO_NONMEMBER_SPLIT = frozenset({"nccl2", "nccl-lazy"})
 def nonmember_new_group_works(stack: str | None) -> bool:
     """Whether a bound world on ``stack`` can make a new_group that leaves some ranks out."""
     return stack not in NO_NONMEMBER_SPLIT
+
+
+def new_group_splits(stack: str | None) -> bool:
+    """Whether a new_group of the world's backend in a bound world on ``stack`` gets a communicator split from the
+    world's, on the running torch: not on torch 2.15's torchcomms routing, which makes it with new_comm among its
+    members (v2.15.0 distributed_c10d.py:7130-7137, :3015-3024; 2.13 split it, v2.13.0 :5836-5862). The version
+    fact is kept once, with the stack's other routing facts: ``simulator.stacks`` (``new_group_splits``)."""
+    from simulator.stacks import STACKS
+
+    group = STACKS.get(stack or "")
+    return group is None or group.new_group_splits

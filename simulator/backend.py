@@ -157,6 +157,9 @@ class SimProcessGroup(dist.ProcessGroup):
     #: whether torch's front end makes every new_group of this world through split_group, whatever its backend
     #: (the torchcomms routing): then a members-only group is refused for every backend, not only the world's
     new_group_via_split = False
+    #: whether a new_group of the world's backend in a bound world gets a communicator split from the world's
+    #: (else a fresh one among its members, created when torch names the group)
+    new_group_splits = True
 
     def refuse_local_synchronization(self, ranks: list[int]) -> None:
         """Refuse a members-only new_group (``use_local_synchronization=True``) of ``ranks`` in this bound world:
@@ -649,9 +652,10 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
         root=world._root, namespace=world._namespace, settings=own)
     group.bound_device_id = bound
     if world.bound_device_id is not None and not other:
-        group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
-        if group._comm is not None:
-            group._comm.retime(timeout_s)
+        if world.new_group_splits:  # else the group's own communicator, created when torch names it
+            group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
+            if group._comm is not None:
+                group._comm.retime(timeout_s)
         # torch binds the group it built, then discards it for the Python group a creator returns
         # (torch 2.13 distributed_c10d._new_process_group_helper): carry the binding here instead.
         group.bound_device_id = world.bound_device_id

@@ -157,14 +157,16 @@ def _new_group(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     that would be split from a bound simulator world: the split needs every rank of the world, and the others
     never call, so the members would wait out the timeout (what NCCL does: it hangs). A group of another simulator
     backend is not split from the world, so it is let through, but where torch makes every new_group through
-    split_group (``new_group_via_split``: the torchcomms routing before 2.15)."""
+    split_group (``new_group_via_split``: the torchcomms routing before 2.15); so is one whose communicator is a
+    fresh one among its members (``new_group_splits`` false: the torchcomms routing from 2.15)."""
     bound = inspect.signature(original).bind_partial(*args, **kwargs).arguments
     ranks, backend = bound.get("ranks"), bound.get("backend")
     if bound.get("use_local_synchronization") and ranks is not None and dist.is_initialized():
         default = c10d._get_default_group()
         if (_is_sim(default) and default.bound_device_id is not None and dist.get_rank() in ranks
-                and (backend is None or str(backend).split(":")[-1] == default.getBackendName()
-                     or default.new_group_via_split)):
+                and (default.new_group_via_split or (
+                    default.new_group_splits
+                    and (backend is None or str(backend).split(":")[-1] == default.getBackendName())))):
             default.refuse_local_synchronization(sorted(ranks))
     return original(*args, **kwargs)
 

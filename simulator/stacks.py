@@ -18,7 +18,9 @@ What each stack does differently, as read in torch's source (v2.15.0 distributed
   the names torchcomms reads; P2P runs on the communicator (torchcomms' nccl backend has no pair
   communicators). Front-end differences of the routing (torch 2.13 drops pg options on it, a TODO at
   v2.13.0 :2113, and refuses ``new_group(use_local_synchronization=True)``, :5893) are torch's, not a
-  backend's: ``conformance.torch_compat`` keeps them.
+  backend's: ``conformance.torch_compat`` keeps them. torch 2.15 makes a new_group's communicator with
+  ``new_comm`` among its members (not split from the world's; :7130-7136, :3015-3024), so members-only groups
+  return there.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class _AlwaysBound(SimProcessGroup):
     def setGroupName(self, name: str) -> None:
         """Torch names the group right after creating it: a bound world creates its communicator then."""
         super().setGroupName(name)
-        if self._comm is None and self._is_world and self.bound_device_id is not None:
+        if self._comm is None and (self._is_world or not self.new_group_splits) and self.bound_device_id is not None:
             self.eager_connect_single_device(self.bound_device_id)
 
     def _p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:
@@ -85,12 +87,19 @@ class ProcessGroupNCCLLazy(_AlwaysBound):
 
 class TorchcommsPath(_AlwaysBound):
     """``torchcomms``: a communicator's config is the hints its options translate to; P2P on it; a non-member
-    of a split takes part with no colour (torchcomms' ``split([])``)."""
+    of a split takes part with no colour (torchcomms' ``split([])``); a new_group's communicator is split from the
+    world's (torch 2.13) or a fresh one among its members (2.15)."""
 
-    perform_nocolor_split = SimProcessGroup.perform_nocolor_split
     # torch 2.13 makes every new_group (every backend's but "fake") through split_group on this routing (v2.13.0
-    # distributed_c10d.py:5836-5862); 2.15 makes subgroups with new_comm instead (v2.15.0 :7130-7136, :3015-3024)
-    new_group_via_split = Version("2.15") > TORCH
+    # distributed_c10d.py:5836-5862); 2.15 makes a subgroup's communicator with new_comm among its members alone,
+    # and its non-members take no part (v2.15.0 :7130-7136, :3015-3024; new_comm via :3062-3074)
+    new_group_splits = new_group_via_split = Version("2.15") > TORCH
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """A non-member of a new_group: takes part in the split with no colour (torchcomms' ``split([])``, torch
+        2.13), or in nothing where the members make a fresh communicator (2.15, v2.15.0 :3020)."""
+        if self.new_group_splits:
+            SimProcessGroup.perform_nocolor_split(self, device)  # _AlwaysBound's is absent
 
     def refuse_local_synchronization(self, ranks: list[int]) -> None:
         """torch 2.13's torchcomms routing delegates new_group to split_group and refuses a members-only group

@@ -18,7 +18,7 @@ from conformance.checks.common import (
 from conformance.checks.derived_groups import check_derived_groups
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
-from conformance.torch_compat import split_child_ranks, split_nonmember_value
+from conformance.torch_compat import new_group_splits, split_child_ranks, split_nonmember_value
 
 
 @check("SPLIT-UNBOUND-REFUSED")
@@ -211,22 +211,25 @@ def newgroup_names(ctx: CheckContext) -> None:
 
 @check("SPLIT-LINEAGE")
 def lineage(ctx: CheckContext) -> None:
-    """Children of an eager parent are split from the parent's communicator."""
+    """Children of an eager parent are split from the parent's communicator (a new_group's, where the stack
+    makes it afresh on the running torch, is a fresh one: torch_compat.new_group_splits)."""
     ctx.init_world("eager")
     parent = world_comm(ctx)
+    # what a new_group's communicator is: (parent, mode)
+    from_new_group = (parent["comm"], "split") if new_group_splits(ctx.target.target.stack) else (None, "eager")
     since = ctx.probe.mark()
     dist.split_group(split_ranks=[list(range(ctx.world_size))])
     ctx.new_group(list(range(ctx.world_size)))
     created = new_comms(ctx, since)
     ctx.expect_equal("communicators created by split_group + new_group", 2, len(created))
-    for event in created:
-        ctx.expect_equal(f"parent of communicator {event['comm']}", parent["comm"], event["parent"])
-        ctx.expect_equal(f"creation mode of communicator {event['comm']}", "split", event["mode"])
+    for event, (parent_id, mode) in zip(created, [(parent["comm"], "split"), from_new_group]):
+        ctx.expect_equal(f"parent of communicator {event['comm']}", parent_id, event["parent"])
+        ctx.expect_equal(f"creation mode of communicator {event['comm']}", mode, event["mode"])
     upper, sub, sub_comm = _upper_subgroup(ctx)
     if sub is None:
         return
     ctx.expect(sub_comm is not None, f"communicator of new_group({upper}) seen by the probe", "one", None)
-    ctx.expect_equal(f"parent of new_group({upper})'s communicator", parent["comm"], sub_comm["parent"])
+    ctx.expect_equal(f"parent of new_group({upper})'s communicator", from_new_group[0], sub_comm["parent"])
     since = ctx.probe.mark()
     dist.split_group(parent_pg=sub, split_ranks=[list(range(len(upper)))])
     created = new_comms(ctx, since)

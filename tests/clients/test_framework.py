@@ -52,21 +52,39 @@ def test_bare_filter_fails_naming_it() -> None:
     assert "Megatron-LM PR 5385" in detail and "pass backend='cpu:sim'" in detail, detail
 
 
-@pytest.mark.parametrize(("defect", "builder", "requirement", "needle"), [
-    ("split_child_unbound", "megatron_like", "SPLIT-BOUND-INHERIT", "expected communicator device cpu:0"),
-    ("split_fresh_bootstrap", "megatron_like", "SPLIT-BOUND-INHERIT", "expected a communicator split from"),
-    ("torchcomms_drops_options", "with_options", "HINT-TORCHCOMMS-OPTIONS", "expected hints {'maxCTAs': '8'"),
-    ("split_fresh_bootstrap", "pr5385", "SPLIT-BOUND-INHERIT", "expected a communicator split from"),
-    ("torchcomms_drops_options", "pr5385", "HINT-TORCHCOMMS-OPTIONS",
+# megatron_like's groups are new_groups: split from the world's communicator on nccl-legacy on every torch (on
+# torchcomms only before 2.15, v2.15.0 distributed_c10d.py:7130-7136), so its split defects are planted there
+@pytest.mark.parametrize(("defect", "builder", "stack", "requirement", "needle"), [
+    ("split_child_unbound", "megatron_like", "nccl-legacy", "SPLIT-BOUND-INHERIT",
+     "expected communicator device cpu:0"),
+    ("split_fresh_bootstrap", "megatron_like", "nccl-legacy", "SPLIT-BOUND-INHERIT",
+     "expected a communicator split from"),
+    ("torchcomms_drops_options", "with_options", "torchcomms", "HINT-TORCHCOMMS-OPTIONS",
+     "expected hints {'maxCTAs': '8'"),
+    ("split_fresh_bootstrap", "pr5385", "torchcomms", "SPLIT-BOUND-INHERIT", "expected a communicator split from"),
+    ("torchcomms_drops_options", "pr5385", "torchcomms", "HINT-TORCHCOMMS-OPTIONS",
      "expected hints {'is_high_priority_stream': 'true', 'netName': 'ib'}"),
 ])
-def test_planted_defects_fail_their_judgement(monkeypatch: pytest.MonkeyPatch, defect: str, builder: str,
+def test_planted_defects_fail_their_judgement(monkeypatch: pytest.MonkeyPatch, defect: str, builder: str, stack: str,
                                               requirement: str, needle: str) -> None:
     monkeypatch.setenv("SIM_DEFECTS", defect)  # inherited by the forked ranks
     kwargs = {"pipeline_backend": None} if builder == "pr5385" else {}  # every group split on torchcomms
     outcome, detail = outcomes(framework.run(f"{BUILDERS}:{builder}", 4, kwargs, timeout_s=20,
-                                             stack="torchcomms"))[requirement]
+                                             stack=stack))[requirement]
     assert outcome == "fail" and needle in detail, detail
+
+
+def test_a_new_group_the_stack_does_not_split_is_judged_by_a_fresh_communicator() -> None:
+    """torch 2.15's torchcomms routing makes a new_group's communicator with new_comm among its members (v2.15.0
+    distributed_c10d.py:7130-7136): there a split one fails, a fresh one on the parent's device passes."""
+    obs = {"member": True, "got_group": True, "ranks": [0, 1], "bound": "cpu:0", "parent_bound": "cpu:0",
+           "backend": None, "split": False, "comm_mode": "split", "comm_parent": "c0", "parent_comm": "c0",
+           "comm_device": "cpu:0", "parent_device": "cpu:0"}
+    assert framework._binding(obs, 1) == ["rank 1: group [0, 1]: expected a fresh communicator among the members "
+                                          "(new_comm, not split), observed mode 'split' with parent c0"]
+    assert framework._binding({**obs, "comm_mode": "eager", "comm_parent": None}, 1) == []
+    assert framework._binding({**obs, "split": True, "comm_mode": "eager", "comm_parent": None}, 1) == [
+        "rank 1: group [0, 1]: expected a communicator split from c0, observed mode 'eager' with parent None"]
 
 
 @pytest.mark.parametrize("stack", ["nccl-legacy", "nccl2", "nccl-lazy"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from conformance.torch_compat import since
 from tests.simulator.worlds import run_world
 
 WORLD = 3
@@ -30,20 +31,20 @@ def _rank(rank: int, port: int, stack: str, eager: bool, out: Any) -> None:
                                 timeout=datetime.timedelta(seconds=10))
         if eager:
             simulator.bind_device(dist.group.WORLD)
-        started, got = time.monotonic(), "non-member"
+        started, got, mode = time.monotonic(), "non-member", None
         if rank in MEMBERS:  # the others never call new_group
             try:
                 group = dist.new_group(MEMBERS, use_local_synchronization=True)
                 t = torch.tensor([float(rank)])
                 dist.all_reduce(t, group=group)
-                got = t.item()
+                got, mode = t.item(), (group.communicator.mode, group.communicator.parent)
             except Exception as exc:
                 got = f"{type(exc).__name__}: {exc}"
-        out.put((rank, (got, time.monotonic() - started)))
+        out.put((rank, (got, time.monotonic() - started, mode)))
         store.set(f"done/{rank}", "1")
         store.wait([f"done/{r}" for r in range(WORLD)])
     except Exception:
-        out.put((rank, (traceback.format_exc(limit=3), -1.0)))
+        out.put((rank, (traceback.format_exc(limit=3), -1.0, None)))
 
 
 def test_members_only_group_returns_in_a_lazy_world() -> None:
@@ -55,13 +56,26 @@ def test_members_only_group_returns_in_a_lazy_world() -> None:
 @pytest.mark.parametrize(("stack", "needle"), [
     ("nccl-legacy", "all 3 ranks must join, but only the members call new_group"),
     ("nccl2", "all 3 ranks must join, but only the members call new_group"),
-    ("torchcomms", "NotImplementedError: new_group cannot delegate to split_group with use_local_synchronization"),
+    # torch 2.13's torchcomms routing delegates new_group to split_group, which refuses it (v2.13.0
+    # distributed_c10d.py:5893); 2.15's makes the group with new_comm among its members (v2.15.0 :7130-7136)
+    pytest.param("torchcomms", "NotImplementedError: new_group cannot delegate to split_group with "
+                 "use_local_synchronization", marks=pytest.mark.skipif(since("2.15"), reason="torch 2.15 makes it")),
 ])
 def test_members_only_group_is_refused_at_once_where_it_would_be_split(stack: str, needle: str) -> None:
     seen = run_world(_rank, WORLD, stack, True)
     for r in MEMBERS:
-        got, took = seen[r]
+        got, took, _ = seen[r]
         assert needle in str(got) and took < 5.0, (r, got, took)  # not the 10 s timeout
+
+
+@pytest.mark.skipif(not since("2.15"), reason="torch < 2.15 routes new_group through split_group on torchcomms")
+def test_members_only_group_returns_on_torchcomms_with_a_fresh_communicator() -> None:
+    """torch 2.15's torchcomms routing: the members alone make the group, its communicator by new_comm (eager,
+    no parent), not split from the world's; the non-member takes part in nothing."""
+    seen = run_world(_rank, WORLD, "torchcomms", True)
+    assert seen[0][0] == "non-member", seen[0]
+    assert [seen[r][0] for r in MEMBERS] == [3.0, 3.0], seen
+    assert [seen[r][2] for r in MEMBERS] == [("eager", None)] * 2, seen
 
 
 @pytest.mark.slow
