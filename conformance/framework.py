@@ -337,7 +337,11 @@ def run(builder: str, world_size: int, kwargs: dict[str, Any], timeout_s: float 
         stack: str = "") -> list[Result]:
     """Run the builder on ``world_size`` simulator ranks modelling ``stack`` (default: what this torch's
     ``nccl`` means) and judge its groups."""
-    load_builder(builder)  # fail fast, in the parent, on a bad spec
+    state = ProcessState.capture()
+    try:
+        load_builder(builder)  # fail fast, in the parent, on a bad spec
+    finally:
+        state.restore()  # what importing it registered with torch (Megatron-Core: "fake" for hpu) stays out
     if not isinstance(kwargs, dict):
         raise ValueError(f"--kwargs must be a JSON object, got {kwargs!r}")
     target = FrameworkTarget(builder, kwargs, stack)
