@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.torch_compat import since
-from tests.simulator.worlds import run_world
+from tests.simulator.worlds import leave_together, run_world
 
 WORLD = 3
 MEMBERS = [1, 2]
@@ -41,8 +41,7 @@ def _rank(rank: int, port: int, stack: str, eager: bool, out: Any) -> None:
             except Exception as exc:
                 got = f"{type(exc).__name__}: {exc}"
         out.put((rank, (got, time.monotonic() - started, mode)))
-        store.set(f"done/{rank}", "1")
-        store.wait([f"done/{r}" for r in range(WORLD)])
+        leave_together(store, rank, WORLD)
     except Exception:
         out.put((rank, (traceback.format_exc(limit=3), -1.0, None)))
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.simulator.worlds import run_world
+from tests.simulator.worlds import leave_together, run_world
 
 WORLD = 3
 
@@ -37,8 +37,7 @@ def _rank(rank: int, port: int, stack: str, out: Any) -> None:
             seen["new_group"] = "ok"
         except Exception as exc:
             seen["new_group"] = f"{type(exc).__name__}: {exc}"
-        store.set(f"done/{rank}", "1")
-        store.wait([f"done/{r}" for r in range(WORLD)])  # rank 0 hosts the store: it leaves last
+        leave_together(store, rank, WORLD)
         out.put((rank, seen))
     except Exception:
         out.put((rank, {"error": traceback.format_exc(limit=4)}))

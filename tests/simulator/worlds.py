@@ -25,3 +25,15 @@ def run_world(rank_main: Callable[..., None], world: int, *args: Any, timeout_s:
         if p.is_alive():
             p.kill()
     return results
+
+
+def leave_together(store: Any, rank: int, world: int) -> None:
+    """Wait until every rank is done; rank 0, which hosts the store, returns only after every other rank has
+    said it is leaving (its last store call), so no rank's call is cut off by the host's exit ("Connection
+    reset by peer")."""
+    store.set(f"done/{rank}", "1")
+    store.wait([f"done/{r}" for r in range(world)])
+    if rank:
+        store.set(f"left/{rank}", "1")
+    else:
+        store.wait([f"left/{r}" for r in range(1, world)])
