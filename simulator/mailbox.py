@@ -32,7 +32,7 @@ import itertools
 import mmap
 import os
 
-from simulator import futex
+from simulator import futex, shm
 
 META_BYTES = 64 << 10
 RING = 32
@@ -72,10 +72,9 @@ class Mailbox:
             token = int.from_bytes(os.urandom(7), "little")
             self.ref = f"{os.getpid()}:{self.fd}:{token}"
         else:
-            pid, fd, token = (int(x) for x in ref.split(":"))
             try:
-                own = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
-            except OSError:
+                own, token = shm.open_peer_fd(ref)
+            except FileNotFoundError:
                 raise MailboxGone(ref) from None
             try:
                 if os.fstat(own).st_size != size:

@@ -182,14 +182,20 @@ class Handoff:
             self.fd = -1
 
 
+def open_peer_fd(ref: str) -> tuple[int, int]:
+    """(a descriptor of this process's own, the token) for another process's memfd named ``pid:fd:token``;
+    FileNotFoundError if that process has closed it or ended."""
+    pid, fd, token = (int(x) for x in ref.split(":"))
+    try:
+        return os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR), token
+    except OSError:
+        raise FileNotFoundError(ref) from None
+
+
 def open_handoff(ref: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The receiver's (data, header) mappings of the handoff segment ``ref``; FileNotFoundError if the sender
     has closed it (its process ended, or it gave the message up)."""
-    pid, fd, token = (int(x) for x in ref.split(":"))
-    try:
-        own = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
-    except OSError:
-        raise FileNotFoundError(ref) from None
+    own, token = open_peer_fd(ref)
     try:
         whole = _map(own, os.fstat(own).st_size)
     finally:
