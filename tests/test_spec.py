@@ -93,3 +93,20 @@ def test_finding_torch_says_where_a_finding_holds_and_reports_it_fixed_elsewhere
     with pytest.raises(SpecError) as err:
         load_catalog(spec_copy)
     assert (err.value.requirement, err.value.field) == ("SPLIT-UNBOUND-REFUSED", "finding_torch")
+
+
+def test_min_world_size_one_runs_a_requirement_on_one_rank_and_the_default_needs_two() -> None:
+    by_id = {r.id: r for r in load_catalog()}
+    one_rank = by_id["HINT-INIT-OPTIONS"]  # one rank's communicator carries the hints: a one-GPU host judges it
+    exchange = by_id["P2P-DATA"]  # a send needs a peer
+    assert one_rank.min_world_size == 1 and one_rank.applies_to_world_size(1) and one_rank.applies_to_world_size(8)
+    assert exchange.min_world_size == 2 and not exchange.applies_to_world_size(1) and exchange.applies_to_world_size(2)
+    listed = next(r for r in load_catalog() if r.world_sizes)
+    assert not listed.applies_to_world_size(max(listed.world_sizes) + 1)
+
+
+def test_min_world_size_outside_one_or_two_is_refused(spec_copy: Path) -> None:
+    path = spec_copy / "hints.toml"
+    path.write_text(path.read_text().replace("min_world_size = 1", "min_world_size = 3", 1))
+    with pytest.raises(SpecError, match="min_world_size"):
+        load_catalog(spec_copy)

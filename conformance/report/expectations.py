@@ -168,18 +168,26 @@ def apply_expectations(
 
     A fail/error matching an entry with that same outcome becomes ``waived`` with a ``waiver``
     dict keeping the observed outcome. A pass under an entry stays ``pass`` and is reported
-    stale. An outcome other than the expected one is left as is, with a note. A result named only
+    stale, unless the same entry still fails at another world size of the run. An outcome other than the
+    expected one is left as is, with a note. A result named only
     by entries out of this torch's range gets a note saying so. With ``strict``, stale waivers
     raise StaleWaiverError (which carries the results and the stale list).
     """
     version = torch_version or torch.__version__
     elsewhere = [e for e in expectations if not e.in_range(version)]
-    stale: list[dict[str, Any]] = []
+    stale_by_entry: dict[int, list[dict[str, Any]]] = {}
+    still_failing: set[int] = set()
     out: list[Result] = []
     for result in results:
         entry = next((e for e in expectations if e.matches(result, version)), None)
-        out.append(_out_of_range_note(result, elsewhere, version) if entry is None
-                   else _apply_one(result, entry, stale))
+        if entry is None:
+            out.append(_out_of_range_note(result, elsewhere, version))
+            continue
+        out.append(_apply_one(result, entry, stale_by_entry.setdefault(id(entry), [])))
+        if result.outcome.failing:
+            still_failing.add(id(entry))
+    # a waiver that still fails at another world size of this run is not stale where it passes (world size 1)
+    stale = [s for key, found in stale_by_entry.items() if key not in still_failing for s in found]
     if strict and stale:
         raise StaleWaiverError(out, stale)
     return out, stale

@@ -37,7 +37,8 @@ def precheck(requirement: Requirement, target_name: str, target_options: dict[st
         return Outcome.SKIP, f"requirement applies to torch {requirement.torch}, not {torch.__version__}"
     if not requirement.applies_to_world_size(world_size):
         return Outcome.SKIP, (f"requirement runs at world sizes {list(requirement.world_sizes)} only"
-                              if requirement.world_sizes else "requirement needs at least 2 ranks")
+                              if requirement.world_sizes
+                              else f"requirement needs at least {requirement.min_world_size} ranks")
     missing = [c for c in requirement.capabilities if c not in target.capabilities]
     observe = [c for c in missing if c.startswith("observe:")]
     if missing and len(observe) < len(missing):
@@ -103,7 +104,7 @@ def run_case(pools: PoolSet, requirement: Requirement, target_name: str, world_s
     start_method = GPU_START_METHOD if target.gpu else None
     # A target names the checks that must not share rank processes (a once-per-process warning, a
     # possible device hang): those get a pool of their own, closed after the check.
-    isolated = requirement.id in target.fresh_process_checks
+    isolated = target.isolates(requirement)
     pool = pools.fresh(world_size, start_method) if isolated else pools.get(world_size, start_method)
     pool.on_kill(target_name, target.cleanup)  # what killed ranks of this target leave behind
     try:

@@ -26,6 +26,7 @@ class Requirement:
     capabilities: tuple[str, ...]
     torch: str
     world_sizes: tuple[int, ...] = ()
+    min_world_size: int = 2
     finding: str = ""
     kind: str = "backend"
     finding_torch: str = ""
@@ -54,9 +55,9 @@ class Requirement:
         return f"Finding (torch {self.finding_torch}; fixed upstream, does not hold on {version}): {self.finding}"
 
     def applies_to_world_size(self, world_size: int) -> bool:
-        """True when the requirement runs at ``world_size``: one of those listed, else any size from 2
-        (what ranks exchange cannot be exercised by one rank)."""
-        return world_size in self.world_sizes if self.world_sizes else world_size >= 2
+        """True when the requirement runs at ``world_size``: one of those listed, else any size from its
+        ``min_world_size`` (2 unless the spec says 1: what ranks exchange cannot be exercised by one rank)."""
+        return world_size in self.world_sizes if self.world_sizes else world_size >= self.min_world_size
 
     def smallest_world_size(self, sizes: list[int]) -> int:
         """The smallest of the sorted ``sizes`` the requirement runs at (the first, when none applies)."""
@@ -79,6 +80,7 @@ def _requirement(file: str, index: int, entry: dict) -> Requirement:
         capabilities=tuple(entry["capabilities"]),
         torch=entry["torch"],
         world_sizes=tuple(entry.get("world_sizes", ())),
+        min_world_size=entry.get("min_world_size", 2),
         finding=entry.get("finding", ""),
         kind=entry.get("kind", "backend"),
         finding_torch=entry.get("finding_torch", ""),
