@@ -86,7 +86,7 @@ def _capture(out: Path) -> None:
             (out / "fr_nccl_rank0.pkl").write_bytes(data)
     if dump_json is not None:
         text = _step("flight recorder json", lambda: dump_json(includeCollectives=True, onlyActive=False))
-        if isinstance(text, str):
+        if isinstance(text, (str, bytes)):  # torch 2.11 returns bytes
             (out / "fr_nccl_rank0.json").write_text(json.dumps(json.loads(text), indent=1) + "\n")
     _step("destroy_process_group", dist.destroy_process_group)
 

@@ -135,8 +135,11 @@ def nonmember_creates_nothing(ctx: CheckContext) -> None:
 @check("API-LIFECYCLE")
 def lifecycle(ctx: CheckContext) -> None:
     """Destroying one subgroup leaves the world and another subgroup working; destroy_process_group() then
-    init again in the same process, on a new store, works (twice: a second cycle finds what the first left)."""
+    init again in the same process, on a new store, works (twice: a second cycle finds what the first left).
+    Where the target splits eager worlds, each cycle also splits a child off the world and uses it: torch
+    2.11's split_group after a re-init segfaulted on NCCL 2.28.9 (scripts/capture_nccl_samples.py's host)."""
     n, ranks = ctx.world_size, list(range(ctx.world_size))
+    splits = {"split", "device_binding"} <= ctx.target.capabilities
     for cycle in (1, 2, 3):
         where = f"world #{cycle} of this process"
         store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
@@ -152,6 +155,9 @@ def lifecycle(ctx: CheckContext) -> None:
         _expect_destroyed(ctx, made, since, f"{where}: destroy_process_group(subgroup)")
         expect_allreduce_members(ctx, kept, ranks, f"{where}: a subgroup after another one was destroyed")
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, f"{where}: world after a subgroup was destroyed")
+        if splits:
+            child = dist.split_group(split_ranks=[ranks])
+            expect_allreduce_members(ctx, child, ranks, f"{where}: a split_group child of the world")
         dist.barrier()
         dist.destroy_process_group()
         ctx.expect_equal(f"{where}: dist.is_initialized() after destroy_process_group()", False,

@@ -70,7 +70,7 @@ def run_requirements(requirements: list[Requirement], target_name: str, target_o
                     results.append(case_result(req, target_name, world_size, *decided, 0.0))
                 continue
             # as runner/orchestrate.run_case: checks a target names get a child of their own
-            isolated = req.id in target.fresh_process_checks
+            isolated = target.isolates(req)
             pool = pools.fresh(1, start_method) if isolated else pools.get(1, start_method)
             pool.on_kill(target_name, target.cleanup)
             try:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 import torch.distributed as dist
@@ -28,6 +28,9 @@ import torch.distributed as dist
 from conformance.outcomes import Skipped
 from conformance.probe import EVENT_KINDS, Probe, observing
 from conformance.probes import CombinedProbe, combine, probe_class
+
+if TYPE_CHECKING:
+    from conformance.spec import Requirement
 
 # Capabilities a requirement can need. "observe:*" ones are about what can be observed: a target
 # without one reports not-observable; without any other one it reports skip.
@@ -69,6 +72,9 @@ class OptionsPart(Protocol):
 
     def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
         """The NCCL-style fields of ``group``'s own options object (not what reached the communicator)."""
+
+    def change(self, options: Any, **fields: Any) -> None:
+        """Set NCCL-style fields on an options object ``make`` returned (a caller reusing its object)."""
 
     def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
         """Change fields of ``group``'s options object in place (to test copy-vs-alias)."""
@@ -119,8 +125,15 @@ class Target(abc.ABC):
     # The outside probes (names in conformance.probes.PROBES) the driver starts on every rank.
     probes: ClassVar[tuple[str, ...]] = ()
     traits: ClassVar[Traits] = Traits()
-    # Checks that must get rank processes of their own (conformance.runner.orchestrate.run_case).
+    # Checks that must get rank processes of their own (conformance.runner.orchestrate.run_case), by id and
+    # by a capability their requirement needs.
     fresh_process_checks: ClassVar[frozenset[str]] = frozenset()
+    fresh_process_capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    def isolates(self, requirement: Requirement) -> bool:
+        """Whether ``requirement``'s check gets rank processes of its own rather than the pool's."""
+        return (requirement.id in self.fresh_process_checks
+                or not self.fresh_process_capabilities.isdisjoint(requirement.capabilities))
 
     # What a subclass may state as a class attribute or derive from its options as a property:
     @property

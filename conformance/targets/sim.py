@@ -32,10 +32,12 @@ class SimOptionsPart:
     def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
         return group._get_backend(torch.device("cpu")).options.as_config()
 
-    def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
-        options = group._get_backend(torch.device("cpu")).options
+    def change(self, options: simulator.SimOptions, **fields: Any) -> None:
         for key, value in fields.items():
             setattr(options, key, value)
+
+    def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
+        self.change(group._get_backend(torch.device("cpu")).options, **fields)
 
 
 class SimConfigPart:

@@ -137,7 +137,10 @@ class VendorOptionsPart:
 
     def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
         """Set fields on the options object the group's backend holds."""
-        options = self._object(group)
+        self.change(self._object(group), **fields)
+
+    def change(self, options: Any, **fields: Any) -> None:
+        """Set fields on the options object, or on its ``config`` where the object itself lacks the field."""
         for key, value in fields.items():
             setattr(options if hasattr(options, key) else options.config, key, value)
 

@@ -135,8 +135,20 @@ def test_torchrun_supervisor_runs_gpu_checks_in_spawned_children_without_cuda(mo
     monkeypatch.setattr(inprocess, "PoolSet", lambda: pools)
     catalog = {r.id: r for r in load_bound_catalog()}
     isolated = sorted(NcclTarget.fresh_process_checks)[0]
-    results = inprocess.run_requirements([catalog["SPLIT-MEMBERSHIP"], catalog[isolated]], "nccl", None, 5.0)
+    results = inprocess.run_requirements([catalog["COLL-ALLREDUCE-OPS"], catalog[isolated]], "nccl", None, 5.0)
     assert [r.outcome.value for r in results] == ["pass", "pass"]
     assert pools.asked == [(1, GPU_START_METHOD), (1, f"fresh:{GPU_START_METHOD}")]
     (task, kwargs), _ = pools.tasks
     assert task == inprocess.TASK and (kwargs["job_rank"], kwargs["host"], kwargs["port"]) == (0, "127.0.0.1", 29555)
+
+
+def test_nccl_checks_that_split_get_processes_of_their_own() -> None:
+    # torch 2.11's split_group segfaulted after a destroy and re-init in one process (NCCL 2.28.9, H200)
+    from conformance.targets.nccl import NcclTarget
+    from conformance.targets.sim import SimTarget
+
+    catalog = {r.id: r for r in load_bound_catalog()}
+    splitting = [r for r in catalog.values() if "split" in r.capabilities]
+    assert splitting and all(NcclTarget.isolates(NcclTarget(), r) for r in splitting)
+    assert not NcclTarget.isolates(NcclTarget(), catalog["COLL-ALLREDUCE-OPS"])
+    assert not any(SimTarget.isolates(SimTarget(), r) for r in splitting)
