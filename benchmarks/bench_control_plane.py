@@ -13,9 +13,10 @@ round trips per check and per op, cases per second of the generated sweep, and s
    default budget; the case count read from its JSON report).
 4. Wall time of ``run --target sim --area split,p2p --world-sizes n`` for n = 8, 16, 32, 64.
 
-With ``--base-tree DIR`` (a checkout of the tree to compare with, e.g. ``git archive main | tar -x -C DIR``), 3 and
-4 also run in DIR, each right before the same command here (``-m conformance`` imports the suite of its working
-directory), so that both see the same load. The load average is printed before and after each part: on a shared
+With ``--base-tree DIR`` (a checkout of the tree to compare with, e.g. ``git archive main | tar -x -C DIR``), 1, 3
+and 4 also run in DIR (``-m conformance`` imports the suite of its working directory): 1 before this tree's, 3 and 4
+beside the same command here, which tree goes first alternating (``--rounds`` runs of 3 each), so that a load that
+rises or falls during the run does not favour one. The load average is printed before and after each part: on a shared
 host every figure is one under that load, and only figures of one run compare.
 
 Run: .venv/bin/python benchmarks/bench_control_plane.py [--runs 500] [--worlds 8,16,32,64] [--base-tree DIR]
@@ -191,7 +192,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=500, help="checks at world 4 (worlds 2 and 8: half as many)")
     parser.add_argument("--worlds", default="8,16,32,64", help="world sizes of the split,p2p areas")
-    parser.add_argument("--base-tree", type=Path, help="also run parts 3 and 4 in this tree, just before this one's")
+    parser.add_argument("--base-tree", type=Path, help="also run parts 1, 3 and 4 in this tree, beside this one's")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of part 3 per tree (alternating which goes first)")
     args = parser.parse_args()
     print(f"{os.cpu_count()} CPU cores, torch {torch.__version__}, {_load()} at start: every figure below is under "
           f"the load of whatever else runs on this host; compare only figures of one run", flush=True)
@@ -216,12 +218,21 @@ def main() -> None:
     finally:
         pools.close()
     trees = ([("base", args.base_tree)] if args.base_tree else []) + [("this tree", ROOT)]
-    for name, tree in trees:
-        cases, secs = cases_per_second(tree)
-        print(f"run --target sim --world-sizes 2,4 ({name}): {cases} cases in {secs:.1f} s = {cases / secs:.1f} cases/s"
-              f"   ({_load()})", flush=True)
-    for n in (int(x) for x in args.worlds.split(",")):
-        for name, tree in trees:
+
+    def ordered(round_: int) -> list[tuple[str, Path]]:  # alternate which tree goes first: a load trend hits both
+        return trees if round_ % 2 == 0 else trees[::-1]
+
+    runs: dict[str, list[float]] = {name: [] for name, _ in trees}
+    for round_ in range(args.rounds):
+        for name, tree in ordered(round_):
+            cases, secs = cases_per_second(tree)
+            runs[name].append(secs)
+            print(f"run --target sim --world-sizes 2,4 ({name}): {cases} cases in {secs:.1f} s = "
+                  f"{cases / secs:.1f} cases/s   ({_load()})", flush=True)
+    if args.rounds > 1:
+        print("  mean: " + ", ".join(f"{name} {statistics.mean(v):.1f} s" for name, v in runs.items()), flush=True)
+    for i, n in enumerate(int(x) for x in args.worlds.split(",")):
+        for name, tree in ordered(args.rounds + i):
             secs, rc = area_seconds(n, cwd=str(tree))
             print(f"run --target sim --area split,p2p --world-sizes {n} ({name}): {secs:.1f} s (exit {rc})   "
                   f"({_load()})", flush=True)

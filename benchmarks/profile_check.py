@@ -34,6 +34,7 @@ import simulator  # noqa: E402
 import simulator.backend  # noqa: E402
 import simulator.comm  # noqa: E402
 import simulator.control  # noqa: E402
+import simulator.fabric  # noqa: E402
 from conformance.runner import PoolSet, execute, orchestrate, pool, worker  # noqa: E402
 from conformance.spec import load_catalog  # noqa: E402
 from conformance.targets import sim  # noqa: E402
@@ -89,6 +90,8 @@ def install() -> None:
     _wrap(simulator.comm.Communicator, "__post_init__", "rank:      communicator (fabric)")
     _wrap(dist, "all_reduce", "rank:    all_reduce")
     _wrap(simulator.control.ControlPlane, "peers", "rank:     mailbox refs (peers)")
+    _wrap(simulator.fabric.Fabric, "all_reduce", "rank:     (stream thread) Fabric.all_reduce")
+    _wrap(simulator.fabric.Fabric, "close", "rank:     (teardown) Fabric.close")
     _wrap(execute, "_quiesce", "rank:   end-of-check barrier (_quiesce)")
     _wrap(sim.SimDriver, "teardown", "rank:   driver.teardown")
     _wrap(dist, "destroy_process_group", "rank:    destroy_process_group")
@@ -138,8 +141,9 @@ def main() -> None:
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--cprofile", default="", help="also cProfile the ranks' tasks into this path.<rank>")
     args = parser.parse_args()
-    if args.cprofile:
+    if args.cprofile:  # the ranks' main threads; and, apart, the stream thread's collective
         execute.run_check = _profiled(execute.run_check)
+        simulator.fabric.Fabric.all_reduce = _profiled(simulator.fabric.Fabric.all_reduce)
     n = args.world_size
     print(f"{os.cpu_count()} CPU cores, torch {torch.__version__}, load average {os.getloadavg()[0]:.2f} at start")
     install()
