@@ -216,9 +216,12 @@ class RankPool:
                     child_conn.close()
             self.rebuilds += 1
             port = self._serve_store()
-            self._barrier = worker.PoolBarrier(self.world_size)  # after forking, as the store: no copy in a rank
+            try:  # after forking, as the store: no copy in a rank
+                self._barrier = worker.PoolBarrier(self.world_size)
+            except (AttributeError, OSError):  # no memfd here (not Linux): the ranks meet through the store
+                self._barrier = None
             for w in self._workers:
-                w.conn.send(StorePort(port, self._barrier.ref))
+                w.conn.send(StorePort(port, self._barrier.ref if self._barrier is not None else ""))
             self._await_ready()
         except BaseException:
             self._kill()

@@ -264,3 +264,19 @@ def test_the_end_of_task_barrier_meets_in_shared_memory_and_is_bounded(pools):
     assert reports[1].value["met"], reports[1]  # the others had arrived long before
     reports = pool.run(f"{T}:meet", {"as_world": 8}, timeout_s=20)
     assert [r.value for r in reports] == [{"barrier": False}] * 4
+
+
+def test_without_a_barrier_segment_the_ranks_meet_through_the_store(monkeypatch):
+    """Where the pool cannot make its segment (no memfd), tasks get no barrier and the end-of-check wait goes
+    through the store (the fallback is what torchrun's pools use)."""
+    from conformance.runner import worker
+
+    def no_memfd(*args, **kwargs):
+        raise OSError("memfd_create unavailable")
+
+    monkeypatch.setattr(worker.PoolBarrier, "__init__", no_memfd)
+    pool = RankPool(2)
+    try:
+        assert [r.value for r in pool.run(f"{T}:meet", {}, timeout_s=20)] == [{"barrier": False}] * 2
+    finally:
+        pool.close()
