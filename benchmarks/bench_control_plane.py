@@ -13,7 +13,13 @@ round trips per check and per op, cases per second of the generated sweep, and s
    default budget; the case count read from its JSON report).
 4. Wall time of ``run --target sim --area split,p2p --world-sizes n`` for n = 8, 16, 32, 64.
 
-Run: .venv/bin/python benchmarks/bench_control_plane.py [--runs 500] [--worlds 8,16,32,64]
+With ``--base-tree DIR`` (a checkout of the tree to compare with, e.g. ``git archive main | tar -x -C DIR``), 1, 3
+and 4 also run in DIR (``-m conformance`` imports the suite of its working directory): 1 before this tree's, 3 and 4
+beside the same command here, which tree goes first alternating (``--rounds`` runs of 3 each), so that a load that
+rises or falls during the run does not favour one. The load average is printed before and after each part: on a shared
+host every figure is one under that load, and only figures of one run compare.
+
+Run: .venv/bin/python benchmarks/bench_control_plane.py [--runs 500] [--worlds 8,16,32,64] [--base-tree DIR]
 """
 
 from __future__ import annotations
@@ -141,12 +147,12 @@ def per_op_store_calls(pools: PoolSet, world_size: int, stack: str) -> tuple[flo
     return counts[1], (counts[1 + OPS] - counts[1]) / (2 * OPS)
 
 
-def cases_per_second() -> tuple[int, float]:
-    """(cases, wall seconds) of ``run --target sim --world-sizes 2,4`` at the default budget."""
+def cases_per_second(tree: Path = ROOT) -> tuple[int, float]:
+    """(cases, wall seconds) of ``run --target sim --world-sizes 2,4`` at the default budget, in ``tree``."""
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "conformance", "run", "--target", "sim", "--world-sizes", "2,4",
-                               "--report-dir", tmp], cwd=ROOT, capture_output=True, text=True, check=False)
+                               "--report-dir", tmp], cwd=tree, capture_output=True, text=True, check=False)
         elapsed = time.perf_counter() - started
         if done.returncode not in (0, 1):
             raise RuntimeError(f"conformance run exited {done.returncode}: {done.stderr[-2000:]}")
@@ -154,12 +160,46 @@ def cases_per_second() -> tuple[int, float]:
     return len(report["results"]), elapsed
 
 
+_BASE_CHECKS = """
+import sys
+sys.path.insert(0, "benchmarks")
+import bench_control_plane as b
+b.count_store_calls()
+pools = b.PoolSet()
+try:
+    for world_size in (2, 4, 8):
+        runs = {runs} if world_size == 4 else max(20, {runs} // 2)
+        sims, threaded, calls = b.checks_side_by_side(pools, world_size, runs)
+        print(f"  world {{world_size}}: simulator {{b._ms(sims):6.2f}} ms ({{len(sims)}} checks)   threaded PG "
+              f"{{b._ms(threaded):6.2f}} ms   ratio {{b._ms(sims) / b._ms(threaded):5.2f}}x   "
+              f"store calls {{calls:5.1f}}", flush=True)
+finally:
+    pools.close()
+"""
+
+
+def base_checks(tree: Path, runs: int) -> None:
+    """Part 1 in ``tree`` (its own benchmark functions, pools and suite), printed as it goes."""
+    subprocess.run([sys.executable, "-c", _BASE_CHECKS.format(runs=runs)], cwd=tree, check=False)
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (5 min {five:.1f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=500, help="checks at world 4 (worlds 2 and 8: half as many)")
     parser.add_argument("--worlds", default="8,16,32,64", help="world sizes of the split,p2p areas")
+    parser.add_argument("--base-tree", type=Path, help="also run parts 1, 3 and 4 in this tree, beside this one's")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of part 3 per tree (alternating which goes first)")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPU cores, torch {torch.__version__}, load average {os.getloadavg()[0]:.1f} at start")
+    print(f"{os.cpu_count()} CPU cores, torch {torch.__version__}, {_load()} at start: every figure below is under "
+          f"the load of whatever else runs on this host; compare only figures of one run", flush=True)
+    if args.base_tree:
+        print(f"per-check overhead in the base tree {args.base_tree} (as below)", flush=True)
+        base_checks(args.base_tree, args.runs)
     count_store_calls()
     pools = PoolSet()
     try:
@@ -169,7 +209,7 @@ def main() -> None:
             sims, threaded, calls = checks_side_by_side(pools, world_size, runs)
             print(f"  world {world_size}: simulator {_ms(sims):6.2f} ms ({len(sims)} checks)   threaded PG "
                   f"{_ms(threaded):6.2f} ms   ratio {_ms(sims) / _ms(threaded):5.2f}x   "
-                  f"store calls {calls:5.1f}", flush=True)
+                  f"store calls {calls:5.1f}   ({_load()})", flush=True)
         print(f"store calls per rank at world 4: a world doing 1 all_reduce and 1 send/recv pair, and per op over "
               f"{OPS} more of each")
         for stack in ("nccl-legacy", "nccl2", "nccl-lazy", "torchcomms"):
@@ -177,12 +217,26 @@ def main() -> None:
             print(f"  {stack:12s} world of 1 op each: {base:6.1f}   per op: {per_op:6.2f}", flush=True)
     finally:
         pools.close()
-    cases, secs = cases_per_second()
-    print(f"run --target sim --world-sizes 2,4: {cases} cases in {secs:.1f} s = {cases / secs:.1f} cases/s", flush=True)
-    for n in (int(x) for x in args.worlds.split(",")):
-        secs, rc = area_seconds(n)
-        print(f"run --target sim --area split,p2p --world-sizes {n}: {secs:.1f} s (exit {rc})", flush=True)
-    print(f"load average {os.getloadavg()[0]:.1f} at end")
+    trees = ([("base", args.base_tree)] if args.base_tree else []) + [("this tree", ROOT)]
+
+    def ordered(round_: int) -> list[tuple[str, Path]]:  # alternate which tree goes first: a load trend hits both
+        return trees if round_ % 2 == 0 else trees[::-1]
+
+    runs: dict[str, list[float]] = {name: [] for name, _ in trees}
+    for round_ in range(args.rounds):
+        for name, tree in ordered(round_):
+            cases, secs = cases_per_second(tree)
+            runs[name].append(secs)
+            print(f"run --target sim --world-sizes 2,4 ({name}): {cases} cases in {secs:.1f} s = "
+                  f"{cases / secs:.1f} cases/s   ({_load()})", flush=True)
+    if args.rounds > 1:
+        print("  mean: " + ", ".join(f"{name} {statistics.mean(v):.1f} s" for name, v in runs.items()), flush=True)
+    for i, n in enumerate(int(x) for x in args.worlds.split(",")):
+        for name, tree in ordered(args.rounds + i):
+            secs, rc = area_seconds(n, cwd=str(tree))
+            print(f"run --target sim --area split,p2p --world-sizes {n} ({name}): {secs:.1f} s (exit {rc})   "
+                  f"({_load()})", flush=True)
+    print(f"{_load()} at end")
 
 
 if __name__ == "__main__":

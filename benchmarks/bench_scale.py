@@ -99,12 +99,13 @@ def measure(n: int) -> tuple[float, float, int]:
     return first, second, sum(v[1] for _, v in results.values()) // 2
 
 
-def area_seconds(n: int) -> tuple[float, int]:
-    """Wall seconds of the split,p2p areas at world n on the sim target, and the command's exit code."""
+def area_seconds(n: int, cwd: str | None = None) -> tuple[float, int]:
+    """Wall seconds of the split,p2p areas at world n on the sim target, and the command's exit code (run in
+    ``cwd``, default this process's: ``-m conformance`` imports the suite found there first)."""
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "conformance", "run", "--target", "sim", "--area", "split,p2p",
                            "--world-sizes", str(n), "--report-dir", f"/tmp/bench_scale_{os.getpid()}_{n}"],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, cwd=cwd)
     return time.perf_counter() - started, proc.returncode
 
 

@@ -94,7 +94,7 @@ NCCL2_OPT_OUT = "TORCH_DIST_USE_NCCL2"
 
 def default_stack(environ: dict[str, str] | None = None, running: Version | None = None) -> str:
     """The NCCL stack the running torch's ``nccl`` means: the simulator's and the reports' default stack."""
-    environ = dict(os.environ) if environ is None else environ
+    environ = os.environ if environ is None else environ  # read, not copied: a check's target is made per rank
     stack = next(name for first, name in sorted(NCCL_MEANS.items(), key=lambda kv: Version(kv[0]), reverse=True)
                  if since(first, running))
     return "nccl-legacy" if stack == "nccl2" and environ.get(NCCL2_OPT_OUT) == "0" else stack

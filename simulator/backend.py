@@ -17,9 +17,11 @@ import torch.distributed as dist
 from simulator import faults
 from simulator.comm import Communicator, hosts_store, release_namespace, rendezvous, root_store, world_namespace
 from simulator.config import SimOptions, parse_hints
+from simulator.control import Boot
 from simulator.errors import refuse_sparse
 from simulator.events import LOG
 from simulator.fabric import Fabric
+from simulator.mailbox import Mailbox
 from simulator.p2p import recv_any
 from simulator.parts import REFERENCE, Parts
 from simulator.work import SimWork
@@ -89,6 +91,8 @@ class SimProcessGroup(dist.ProcessGroup):
         self._is_world = is_world
         self._released = False
         self._left = False
+        self._store_hosted: bool | None = None  # whether a member hosts the store, from the world's boot records
+        self._split_boot: tuple[str, Boot] | None = None  # a split's child id and mailboxes, for _new_comm
         self._pair_comms: dict[tuple[int, int], Communicator] = {}
         self._warned = False
         self._coalescing: list[tuple[Communicator, str, Callable[[Fabric], Any]]] | None = None
@@ -212,11 +216,24 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def _bootstrap(self, mode: str, device: str | None = None) -> Communicator:
         comm_id = self._comm_base()
-        rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, self._global_ranks,
-                   self._timeout_s, f"creating communicator {comm_id} ({mode})")
+        members = list(self._global_ranks)
+        box = Mailbox(len(members)) if len(members) > 1 else None  # its reference goes in the boot record
+        hosts = self._is_world and hosts_store(self._root)
+        record = json.dumps({"mailbox": box.ref if box else "", "hosts_store": hosts})
+        try:
+            records = rendezvous(self._comm_store, f"boot/{comm_id}", self.my_global_rank, members,
+                                 self._timeout_s, f"creating communicator {comm_id} ({mode})", value=record)
+        except BaseException:
+            if box is not None:
+                box.close()
+            raise
+        got = [json.loads(r) for r in records or ()]
+        if self._is_world:
+            self._store_hosted = any(g["hosts_store"] for g in got)
         self._release_namespace()  # every member has arrived, so read the world's uid
         config = self._lazy_subgroup_config() if mode == "lazy" and not self._is_world else self._config
-        return self._new_comm(comm_id, list(self._global_ranks), mode, device=device, config=config)
+        boot = Boot(box, [g["mailbox"] for g in got]) if box is not None else None
+        return self._new_comm(comm_id, members, mode, device=device, config=config, boot=boot)
 
     def _lazy_subgroup_config(self) -> dict[str, Any]:
         """The config of a subgroup's communicator created lazily, at its first use: the group's own."""
@@ -224,12 +241,14 @@ class SimProcessGroup(dist.ProcessGroup):
 
     def _new_comm(self, comm_id: str, members: list[int], mode: str, *, parent: str | None = None,
                   device: str | None = None, config: dict[str, Any] | None = None,
-                  recorded: bool = True) -> Communicator:
+                  recorded: bool = True, boot: Boot | None = None) -> Communicator:
+        if boot is None and self._split_boot is not None and self._split_boot[0] == comm_id:
+            boot, self._split_boot = self._split_boot[1], None  # the split's records carried its mailboxes
         return Communicator(
             id=comm_id, members=members, rank=self.my_global_rank, mode=mode,
             config=self._config if config is None else config, store=self._comm_store, parts=self._parts,
             timeout_s=self._timeout_s, prefix=self._prefix, parent=parent, device=device,
-            root=self._root, namespace=self._namespace, recorded=recorded,
+            root=self._root, namespace=self._namespace, recorded=recorded, boot=boot,
         )
 
     def _main_comm(self) -> Communicator:
@@ -244,25 +263,36 @@ class SimProcessGroup(dist.ProcessGroup):
         parent.split_count += 1
         key = f"split/{parent.id}/{n}"
         me = self.my_global_rank
-        self._comm_store.set(f"{key}/color/{me}", json.dumps(members))  # data, never pickle, from a store
-        rendezvous(self._comm_store, f"{key}/arrive", me, parent.members, self._timeout_s,
-                   f"split #{n} of communicator {parent.id}")
-        outside = [m for m in members or () if m not in parent.members]
-        if outside:  # as in ncclCommSplit, the child waits for every member: one outside the parent never comes
-            rendezvous(self._comm_store, f"{key}/outside", me, outside, self._timeout_s,
-                       f"split #{n} of communicator {parent.id} (ranks {outside} outside the parent)")
-        colors = {r: json.loads(v) for r, v in
-                  zip(parent.members, self._comm_store.multi_get([f"{key}/color/{r}" for r in parent.members]))}
-        for rank, group in colors.items():  # every rank checks every colour: all raise, or none does
-            for other in group or ():
-                if colors.get(other) != group:
-                    raise ValueError(
-                        f"rank {me}: split #{n} of {parent.id}: rank {rank} asked for group {group} "
-                        f"but rank {other} asked for {colors.get(other)}"
-                    )
-        if members is None:
-            return None
-        return self._split_child(parent, self._child_comm_id(parent, n, members), members, config)
+        # each rank's colour (data, never pickle, from a store) and, for a member, its mailbox in the child
+        box = Mailbox(len(members)) if members is not None and len(members) > 1 else None
+        handed = False
+        try:
+            records = rendezvous(self._comm_store, f"{key}/color", me, parent.members, self._timeout_s,
+                                 f"split #{n} of communicator {parent.id}",
+                                 value=json.dumps([members, box.ref if box else ""])) or []
+            outside = [m for m in members or () if m not in parent.members]
+            if outside:  # as in ncclCommSplit, the child waits for every member: one outside the parent never comes
+                rendezvous(self._comm_store, f"{key}/outside", me, outside, self._timeout_s,
+                           f"split #{n} of communicator {parent.id} (ranks {outside} outside the parent)")
+            got = {r: json.loads(v) for r, v in zip(parent.members, records)}
+            colors = {r: g[0] for r, g in got.items()}
+            for rank, group in colors.items():  # every rank checks every colour: all raise, or none does
+                for other in group or ():
+                    if colors.get(other) != group:
+                        raise ValueError(
+                            f"rank {me}: split #{n} of {parent.id}: rank {rank} asked for group {group} "
+                            f"but rank {other} asked for {colors.get(other)}"
+                        )
+            if members is None:
+                return None
+            child_id = self._child_comm_id(parent, n, members)
+            if box is not None:
+                self._split_boot, handed = (child_id, Boot(box, [got[m][1] for m in members])), True
+            return self._split_child(parent, child_id, members, config)
+        finally:
+            if box is not None and (not handed or self._split_boot is not None):  # no communicator took it
+                box.close()
+            self._split_boot = None
 
     def _child_comm_id(self, parent: Communicator, n: int, members: list[int]) -> str:
         """The id of the child of split #``n`` of ``parent``: unique per split."""
@@ -345,7 +375,9 @@ class SimProcessGroup(dist.ProcessGroup):
         destroy_process_group drops the server, and a peer still finishing its last op on the store then
         failed with "Connection was likely closed" (issue 24: about 1 world in 10). A peer that never tears
         down costs the host that wait, once; where the store lives elsewhere (the suite's pools, torchrun's
-        agent) nobody waits."""
+        agent) nobody waits, and where the world's communicator was booted its records said so: no rank posts."""
+        if self._store_hosted is False:  # the world's boot records say no member hosts it: nobody waits
+            return
         with contextlib.suppress(Exception):  # a store already gone, or a peer that never comes: leave anyway
             self._comm_store.set(f"left/{self.rank()}", b"1")
             if hosts_store(self._root):

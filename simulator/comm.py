@@ -7,14 +7,17 @@ import copy
 import os
 import socket
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from simulator import timeouts
+from simulator.control import Boot
 from simulator.errors import RankTimeout
 from simulator.events import LOG
 from simulator.fabric import Fabric
@@ -59,12 +62,23 @@ def release_namespace(store: dist.Store) -> None:
         store.delete_key(UID_KEY)
 
 
+_hosting: weakref.WeakKeyDictionary[dist.Store, bool] = weakref.WeakKeyDictionary()
+
+
 def hosts_store(store: dist.Store | None) -> bool:
     """Whether this process hosts ``store``'s TCPStore server: one of its own sockets listens on the store's
     port. Only this process's fds are looked at (the host-wide /proc/net/tcp took 40 ms to read with a few
-    hundred sockets in TIME_WAIT, on every rank's teardown)."""
+    hundred sockets in TIME_WAIT, on every rank's teardown), once per store object (whether it is the
+    server's is fixed when it is made)."""
     if not isinstance(store, dist.TCPStore):
         return False
+    known = _hosting.get(store)
+    if known is None:
+        known = _hosting[store] = _listens_on(store.port)
+    return known
+
+
+def _listens_on(port: int) -> bool:
     fds = os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ()
     for fd in map(int, fds):
         try:
@@ -80,7 +94,7 @@ def hosts_store(store: dist.Store | None) -> bool:
             name = None
         finally:
             sock.detach()  # the fd stays the owner's
-        if isinstance(name, tuple) and name[1] == store.port:
+        if isinstance(name, tuple) and name[1] == port:
             return True
     return False
 
@@ -103,14 +117,41 @@ def root_store(store: dist.Store) -> dist.Store | None:
     return root if isinstance(root, dist.TCPStore) else None
 
 
-def rendezvous(store: dist.Store, key: str, rank: int, members: list[int], timeout_s: float, what: str) -> None:
-    """Post this rank's arrival under ``key`` and wait for every member; name the absent ones."""
-    store.set(f"{key}/{rank}", b"1")
+def rendezvous(store: dist.Store, key: str, rank: int, members: list[int], timeout_s: float, what: str,
+               value: str | None = None) -> list[bytes] | None:
+    """Post this rank's arrival under ``key`` and wait for every member; name the absent ones. With ``value``,
+    each rank posts that as its arrival, and every member's is returned, in ``members``' order: on a TCPStore
+    one round trip does both, since its ``multi_get`` waits for its keys (for the store's timeout, which is
+    ``timeout_s`` meanwhile)."""
+    store.set(f"{key}/{rank}", b"1" if value is None else value)
     keys = [f"{key}/{r}" for r in members]
-    if not timeouts.wait_keys(store, keys, timeout_s):
+    try:
+        if value is None:
+            arrived = timeouts.wait_keys(store, keys, timeout_s)
+        else:
+            return _get_waiting(store, keys, timeout_s)
+    except dist.DistStoreError:
+        arrived = False
+    if not arrived:
         missing = [r for r, k in zip(members, keys) if not store.check([k])]
         raise RankTimeout(f"rank {rank}: " + timeouts.message(
             what, timeout_s, f"ranks {missing} never arrived (members {members})"))
+    return None
+
+
+def _get_waiting(store: dist.Store, keys: list[str], timeout_s: float) -> list[bytes]:
+    """``keys``' values once every one exists, waiting at most ``timeout_s`` (DistStoreError after that)."""
+    root = getattr(store, "_underlying_non_prefix_store", store)
+    if isinstance(root, dist.TCPStore):
+        before = root.timeout
+        root.set_timeout(timedelta(seconds=timeout_s))
+        try:
+            return store.multi_get(keys)
+        finally:
+            root.set_timeout(before)
+    if not timeouts.wait_keys(store, keys, timeout_s):
+        raise dist.DistStoreError("wait timeout")
+    return store.multi_get(keys)
 
 
 @dataclass
@@ -134,6 +175,7 @@ class Communicator:
     fabric: Fabric | None = None
     recorded: bool = True
     parts: Parts = REFERENCE
+    boot: Boot | None = field(default=None, repr=False)  # from the rendezvous that created it, if any
 
     def retime(self, timeout_s: float) -> None:
         """Give this communicator its group's timeout: a split child is made by its parent's group, whose
@@ -154,7 +196,9 @@ class Communicator:
             prefixes=(self.namespace, f"comm/{self.id}/"),
             kernel=self.parts.kernel,
             p2p=self.parts.p2p,
+            boot=self.boot,
         )
+        self.boot = None
         if not self.recorded:  # only the p2p_pair_comm_unlogged defect creates unrecorded communicators
             return
         LOG.record(

@@ -3,10 +3,11 @@ mailboxes, and the per-op message exchange.
 
 Per op, ranks talk through their mailboxes in shared memory (:mod:`simulator.mailbox`) and wake each other
 with futexes; the store carries only the bootstrap: each rank posts its mailbox's reference when it creates
-the communicator, and peers read it once, when they first need it (plus the rare message too large for a
-mailbox). Only set/get/wait/multi_get/check/delete_key, which every c10d Store has, so FileStore, HashStore,
-TCPStore and PrefixStores over them all work. The plane also holds the communicator's health: once an
-exchange times out the communicator is broken and every later op says why.
+the communicator, in the record of the rendezvous that creates it where there is one (a group's boot, a
+split: :class:`Boot`), else under a key of its own that peers read once, when they first need it (plus the
+rare message too large for a mailbox). Only set/get/wait/multi_get/check/delete_key, which every c10d Store
+has, so FileStore, HashStore, TCPStore and PrefixStores over them all work. The plane also holds the
+communicator's health: once an exchange times out the communicator is broken and every later op says why.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import datetime
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch.distributed as dist
 
@@ -26,11 +28,20 @@ from simulator.wire import mailbox_key, phase_key
 _SLICE_S = 0.1  # longest single sleep: a wait rechecks its condition (and the deadline) at least this often
 
 
+@dataclass
+class Boot:
+    """What a communicator's creating rendezvous gave this rank: its own mailbox, made before it, and every
+    member's mailbox reference, in member order, read from the rendezvous' records."""
+
+    mailbox: Mailbox
+    refs: list[str]
+
+
 class ControlPlane:
     """Identity, store access and message exchange of one communicator on one rank."""
 
     def __init__(self, store: dist.Store, comm_id: str, members: list[int], my_rank: int, timeout_s: float,
-                 *, root: dist.Store | None = None, prefixes: tuple[str, ...] = ()) -> None:
+                 *, root: dist.Store | None = None, prefixes: tuple[str, ...] = (), boot: Boot | None = None) -> None:
         if my_rank not in members:
             raise ValueError(f"comm {comm_id}: rank {my_rank} is not a member of {members}")
         self.comm_id = comm_id
@@ -47,7 +58,10 @@ class ControlPlane:
         self._boxes: list[Mailbox | None] = [None] * self.n
         self._boxes_lock = threading.Lock()
         self.mailbox: Mailbox | None = None
-        if self.n > 1:
+        self._refs = boot.refs if boot is not None and self.n > 1 else None
+        if self._refs is not None:
+            self.mailbox = self._boxes[self.me] = boot.mailbox  # type: ignore[union-attr]
+        elif self.n > 1:
             self.mailbox = Mailbox(self.n)
             self._boxes[self.me] = self.mailbox
             # through the store the communicator was created with: the creating thread needs no connection of its own
@@ -103,6 +117,8 @@ class ControlPlane:
         box = self._boxes[j]
         if box is not None:
             return box
+        if self._refs is not None:
+            return self._open(j, self._refs[j])
         st = self.store()
         key = mailbox_key(j)
         if not st.check([key]):
@@ -129,7 +145,10 @@ class ControlPlane:
         """The mailboxes of members ``js``, waiting (up to the timeout) for those not posted yet; a member that
         never posts one did not arrive, and is named so."""
         missing = [j for j in js if self._boxes[j] is None]
-        if missing:
+        if missing and self._refs is not None:
+            for j in missing:
+                self._open(j, self._refs[j])
+        elif missing:
             st, own = self._thread_store()
             keys = [mailbox_key(j) for j in missing]
             try:

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from simulator import shm
 from simulator.collectives import ListCollectives
-from simulator.control import ControlPlane
+from simulator.control import Boot, ControlPlane
 from simulator.errors import CollectiveMismatch, SimError
 from simulator.p2p import P2PPlane
 from simulator.payload import from_text, layout, nbytes, pack, pack_into, tdesc, to_text, typed
@@ -105,9 +105,11 @@ class Fabric(ListCollectives):
 
     def __init__(self, store: dist.Store, comm_id: str, members: list[int], my_rank: int,
                  timeout_s: float, shm_prefix: str, *, root: dist.Store | None = None,
-                 prefixes: tuple[str, ...] = (), kernel: Kernel = KERNEL, p2p: type[P2PPlane] = P2PPlane):
+                 prefixes: tuple[str, ...] = (), kernel: Kernel = KERNEL, p2p: type[P2PPlane] = P2PPlane,
+                 boot: Boot | None = None):
         self.kernel = kernel  # the reduction kernel of the backend this communicator belongs to
-        self.control = ControlPlane(store, comm_id, members, my_rank, timeout_s, root=root, prefixes=prefixes)
+        self.control = ControlPlane(store, comm_id, members, my_rank, timeout_s, root=root, prefixes=prefixes,
+                                    boot=boot)
         self.me, self.n = self.control.me, self.control.n
         self.seq = 0
         comm = re.sub(r"[^A-Za-z0-9_.-]", "_", comm_id)

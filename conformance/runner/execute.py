@@ -13,6 +13,7 @@ from typing import Any
 from conformance.checks.registry import CheckContext, load_checks
 from conformance.outcomes import CheckFailed, NotObservable, Outcome, Skipped
 from conformance.report.model import RankOutcome
+from conformance.runner import worker
 from conformance.runner.isolation import ProcessState
 from conformance.spec import Requirement, load_catalog
 from conformance.targets import make_target
@@ -55,7 +56,14 @@ QUIESCE_PAST_TIMEOUT_S = 1.0
 
 def _quiesce(store: Any, rank: int, world_size: int, wait_s: float) -> None:
     """Wait (bounded) until every rank has finished the check body, so no rank tears down
-    communicators a peer is still reading from. A rank that never arrives is reported elsewhere."""
+    communicators a peer is still reading from. A rank that never arrives is reported elsewhere.
+
+    In a rank pool the ranks meet in the pool's shared memory (``worker.peer_barrier``), else (torchrun) through
+    the store."""
+    barrier = worker.peer_barrier(rank, world_size)
+    if barrier is not None:
+        barrier(wait_s)
+        return
     store.set(f"done/{rank}", b"1")
     if wait_s <= 0:
         return

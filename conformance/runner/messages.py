@@ -32,9 +32,11 @@ class RankStatus(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class StorePort:
-    """The port of the pool's TCPStore on loopback."""
+    """The port of the pool's TCPStore on loopback, and the reference of its end-of-task barrier segment
+    (``worker.PoolBarrier``; empty: none)."""
 
     port: int
+    barrier: str = ""
 
 
 @dataclass(frozen=True, slots=True)

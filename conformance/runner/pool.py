@@ -171,6 +171,7 @@ class RankPool:
         self._cleanups: dict[str, Callable[[str], None]] = {}
         self._workers: list[_Worker] = []
         self._store: dist.TCPStore | None = None
+        self._barrier: worker.PoolBarrier | None = None
         self._run_ids = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
@@ -215,8 +216,12 @@ class RankPool:
                     child_conn.close()
             self.rebuilds += 1
             port = self._serve_store()
+            try:  # after forking, as the store: no copy in a rank
+                self._barrier = worker.PoolBarrier(self.world_size)
+            except (AttributeError, OSError):  # no memfd here (not Linux): the ranks meet through the store
+                self._barrier = None
             for w in self._workers:
-                w.conn.send(StorePort(port))
+                w.conn.send(StorePort(port, self._barrier.ref if self._barrier is not None else ""))
             self._await_ready()
         except BaseException:
             self._kill()
@@ -285,6 +290,9 @@ class RankPool:
                 os.unlink(w.stack_path)
         self._workers = []
         self._store = None
+        if self._barrier is not None:
+            self._barrier.close()
+            self._barrier = None
         for cleanup in list(self._cleanups.values()):
             cleanup(self.scratch)
 

@@ -181,3 +181,19 @@ def split_and_p2p_without_pickle(rank: int, world_size: int, store: Any, require
     finally:
         pickle.loads = real
     return {"outcome": value["outcome"], "detail": value["detail"], "unpickles": len(calls)}
+
+
+def meet(rank: int, world_size: int, store: Any, late_rank: int = -1, late_s: float = 0.0, wait_s: float = 5.0,
+         as_world: int = 0) -> dict:
+    """Meet at the pool's end-of-task barrier (``late_rank`` arriving ``late_s`` late); what each rank saw.
+    ``as_world``: ask for the barrier as a rank of a world of that size (a torchrun job's, say)."""
+    from conformance.runner import worker
+
+    barrier = worker.peer_barrier(rank, as_world or world_size)
+    if barrier is None:
+        return {"barrier": False}
+    if rank == late_rank:
+        time.sleep(late_s)
+    started = time.monotonic()
+    met = barrier(wait_s)
+    return {"barrier": True, "met": met, "waited_s": time.monotonic() - started}

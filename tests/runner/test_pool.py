@@ -247,3 +247,36 @@ def test_a_ctrl_c_right_after_a_worker_started_leaves_no_worker(monkeypatch: pyt
     assert len(started) == 2
     assert not _wait_gone(started, 10.0), "a started worker was left running"
     assert not [p for p in multiprocess.active_children() if p.pid in started]
+
+
+def test_the_end_of_task_barrier_meets_in_shared_memory_and_is_bounded(pools):
+    """Ranks meet at the pool's barrier (no store): each waits for the last one, then a second run meets afresh;
+    a rank that never arrives leaves the others waiting only their bound; another world's rank gets none."""
+    pool = pools.get(4)
+    reports = pool.run(f"{T}:meet", {"late_rank": 2, "late_s": 0.3}, timeout_s=20)
+    assert all(r.status == "ok" and r.value["met"] for r in reports), reports
+    assert all(r.value["waited_s"] >= 0.2 for r in reports if r.rank != 2), reports  # they waited for rank 2
+    reports = pool.run(f"{T}:meet", {}, timeout_s=20)  # run ids move on: the last run's arrivals do not count
+    assert all(r.status == "ok" and r.value["met"] for r in reports), reports
+    reports = pool.run(f"{T}:meet", {"late_rank": 1, "late_s": 2.0, "wait_s": 0.5}, timeout_s=20)
+    early = [r.value for r in reports if r.rank != 1]
+    assert all(not v["met"] and 0.4 <= v["waited_s"] < 1.5 for v in early), early
+    assert reports[1].value["met"], reports[1]  # the others had arrived long before
+    reports = pool.run(f"{T}:meet", {"as_world": 8}, timeout_s=20)
+    assert [r.value for r in reports] == [{"barrier": False}] * 4
+
+
+def test_without_a_barrier_segment_the_ranks_meet_through_the_store(monkeypatch):
+    """Where the pool cannot make its segment (no memfd), tasks get no barrier and the end-of-check wait goes
+    through the store (the fallback is what torchrun's pools use)."""
+    from conformance.runner import worker
+
+    def no_memfd(*args, **kwargs):
+        raise OSError("memfd_create unavailable")
+
+    monkeypatch.setattr(worker.PoolBarrier, "__init__", no_memfd)
+    pool = RankPool(2)
+    try:
+        assert [r.value for r in pool.run(f"{T}:meet", {}, timeout_s=20)] == [{"barrier": False}] * 2
+    finally:
+        pool.close()
