@@ -109,6 +109,13 @@ def eager_reuse(ctx: CheckContext) -> None:
                "the world communicator only", elsewhere)
 
 
+def _expect_declared_pairs(ctx: CheckContext, what: str) -> None:
+    """A target that declares ``lazy_pair_comms`` fails where lazy P2P made no pair communicator (its probe has
+    shown the world's communicator being made: the caller's positive control), rather than not applying."""
+    ctx.expect("lazy_pair_comms" not in ctx.target.capabilities,
+               f"{what}, on a target declaring lazy_pair_comms", "one 2-rank communicator per pair", "none")
+
+
 @check("P2P-LAZY-PAIR-COMM")
 def lazy_pair_comm(ctx: CheckContext) -> None:
     """Lazy init: one 2-rank communicator per unordered pair, created on first use, reused."""
@@ -121,10 +128,12 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     if "p2p_any_source" in ctx.target.capabilities:  # a lazy group's any-source receive (its barrier makes the
         _any_source_then_named(ctx)                  # group's own communicator: counted after `created`)
     if not created:
+        dist.barrier()  # makes a lazy world's own communicator where nothing above did: the positive control
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
         stack = ctx.target.target.stack
         ctx.expect(stack not in PAIR_P2P_STACKS, f"communicators made by lazy P2P on stack {stack}, which sends on "
                    "one 2-rank communicator per peer pair", "one per pair", "none")
+        _expect_declared_pairs(ctx, "communicators made by lazy P2P (ring, all-pairs)")
         raise Skipped(f"target {ctx.target.name} made no communicator for lazy P2P (its group communicator "
                       "serves P2P): the requirement applies to backends that make pair communicators")
     require_fields(ctx, created, "members", "mode")
@@ -196,6 +205,7 @@ def lazy_warn_once(ctx: CheckContext) -> None:
     if observing("comm_created") in ctx.target.capabilities and not any(
             e.get("mode") == "p2p" for e in new_comms(ctx, since)) and sum(n for _, n in counts) == 0:
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
+        _expect_declared_pairs(ctx, "communicators made by lazy P2P on the world and a new_group")
         raise Skipped(f"target {ctx.target.name} made no per-pair communicators for lazy P2P and warned nothing: "
                       "the requirement applies to backends that make them")
     rounds = f"over 3 rounds of P2P with {ctx.world_size - 1} peers"
