@@ -244,13 +244,39 @@ def data(ctx: CheckContext) -> None:
         ctx.note(f"non-contiguous P2P refused clearly: {exc}")
         dist.barrier()
         _tags_and_any_source(ctx)
+        _long_channel(ctx)
         return _generated(ctx)
     expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
     ctx.expect_equal("non-contiguous view received into a non-contiguous view", expected.tolist(),
                      view[:, 1::2].cpu().tolist())
     ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
     _tags_and_any_source(ctx)
+    _long_channel(ctx)
     _generated(ctx)
+
+
+# Messages on one (source, destination, tag) channel: past CPython's small-int cache (-5..256), so a backend
+# that compares message numbers or counts with `is` shows it, and past any small ring of envelopes.
+LONG_CHANNEL = 300
+
+
+def _long_channel(ctx: CheckContext) -> None:
+    """Every rank sends the next one LONG_CHANNEL one-element messages on one tag, each isend posted with the
+    matching irecv from the rank behind (so a stack that moves a message only once its receive is posted
+    progresses), all waited at the end: receive k holds message k (torch's per-channel FIFO)."""
+    n, r = ctx.world_size, ctx.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    sent = [torch.full((1,), float(r * 1000 + k), device=ctx.device) for k in range(LONG_CHANNEL)]
+    got = [torch.full((1,), -1.0, device=ctx.device) for _ in range(LONG_CHANNEL)]
+    works = []
+    for k in range(LONG_CHANNEL):
+        works += [dist.isend(sent[k], nxt), dist.irecv(got[k], prv)]
+    for w in works:
+        w.wait()
+    values = torch.cat(got).cpu().tolist()
+    wrong = [(k, v) for k, v in enumerate(values) if v != float(prv * 1000 + k)]
+    ctx.expect(not wrong, f"{LONG_CHANNEL} messages from rank {prv} on one tag, received in order",
+               f"receive k holds message k ({prv * 1000} + k)", f"{len(wrong)} wrong, first (k, value): {wrong[:3]}")
 
 
 def _generated(ctx: CheckContext) -> None:

@@ -36,6 +36,7 @@ SYMPTOM = {
     "toyccl_narrow_int": "all_reduce SUM of int64",
     "toyccl_split_range": "split_group with a rank above the group size",
     "toyccl_no_pair_comms": "on a target declaring lazy_pair_comms",
+    "toyccl_seq_is": "message 257 from rank",
 }
 
 

@@ -125,12 +125,40 @@ class NoPairComms(_Named):
             warnings.warn(LAZY_P2P_WARNING, UserWarning, stacklevel=3)
 
 
+class SeqCheckedWithIs(_Named):
+    """Each message carries its number on its channel, and the receiver checks it with ``is not`` instead of
+    ``!=``: equal numbers are one object only within CPython's small-int cache, so message 257 of a channel
+    is refused as out of order."""
+
+    backend_name = "toyccl_seq_is"
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> dist.Work:
+        self._sent_seq = getattr(self, "_sent_seq", {})
+        seq = self._sent_seq[(dst, tag)] = self._sent_seq.get((dst, tag), 0) + 1
+        self._store.set(f"seq/{self.rank()}->{dst}/t{tag}/{seq}", str(seq))
+        return super().send(tensors, dst, tag)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
+        self._recv_seq = getattr(self, "_recv_seq", {})
+        want = self._recv_seq[(src, tag)] = self._recv_seq.get((src, tag), 0) + 1
+        got = int(self._get_raw(f"seq/{src}->{self.rank()}/t{tag}/{want}"))
+        if got is not want:
+            raise RuntimeError(f"toyccl rank {self.rank()}: message {got} from rank {src} out of order "
+                               f"(expected {want})")
+        return super().recv(tensors, src, tag)
+
+    def _get_raw(self, key: str) -> bytes:
+        self._store.wait([key], self._timeout)
+        return self._store.get(key)
+
+
 VARIANTS: dict[str, tuple[type[ToyProcessGroup], str, str]] = {
     cls.backend_name: (cls, (cls.__doc__ or "").strip(), requirement)
     for cls, requirement in ((AvgAsSum, "COLL-ALLREDUCE-OPS"), (MinMaxSwapped, "COLL-ALLREDUCE-OPS"),
                              (WrongShard, "COLL-GATHER-SCATTER-ORDER"), (BroadcastFromZero, "COLL-ROOTED"),
                              (BarrierNoWait, "COLL-BARRIER-BLOCKS"), (NarrowIntSum, "COLL-ALLREDUCE-OPS"),
-                             (SplitRangeAtSizeOnly, "SPLIT-VALIDATION"), (NoPairComms, "P2P-LAZY-PAIR-COMM"))
+                             (SplitRangeAtSizeOnly, "SPLIT-VALIDATION"), (NoPairComms, "P2P-LAZY-PAIR-COMM"),
+                             (SeqCheckedWithIs, "P2P-DATA"))
 }
 # What a variant must declare for its requirement to judge it (toyccl's own declarations that matter there).
 DECLARES: dict[str, str] = {
