@@ -145,6 +145,8 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ctx.expect_equal("unordered pairs that got a communicator", peers, sorted(pairs))
     many = {k: v for k, v in pairs.items() if len(v) != 1}
     ctx.expect(not many, "communicators per unordered pair", 1, many)
+    ids = [e["comm"] for e in created]  # one communicator per pair, each its own: two pairs' under one id are not
+    ctx.expect(len(set(ids)) == len(ids), "ids of the pair communicators lazy P2P made", "one per pair", ids)
 
 
 @contextmanager
