@@ -236,14 +236,32 @@ class UnknownHintSilent:
         pass
 
 
+# CommIdByMembers' communicators of this process, by (world namespace, id): one world's never reach another's.
+_BY_MEMBERS: dict[tuple[str, str], Communicator] = {}
+
+
 class CommIdByMembers:
-    """communicator ids derive from member ranks, so two groups of the same ranks collide"""
+    """communicator ids derive from member ranks and communicators are kept by id, so every group of the same
+    ranks gets the communicator the first of them made (until it is destroyed): none of them is independent
+
+    Sharing one object, rather than making a second communicator under the same id, keeps the symptom the
+    same in every run: two live communicators of one id shared store keys and mailboxes, and whether a
+    check saw wrong data, an error or nothing depended on which rank read a key first (the defect matrix's
+    COLL-* cells flipped between pass and error from run to run).
+    """
 
     def _comm_base(self: Group) -> str:
         return "m" + "_".join(map(str, self._global_ranks))
 
     def _child_comm_id(self: Group, parent: Communicator, n: int, members: list[int]) -> str:
         return "m" + "_".join(map(str, members))
+
+    def _new_comm(self: Group, comm_id: str, members: list[int], mode: str, **kwargs: Any) -> Communicator:
+        key = (self._namespace, comm_id)
+        kept = _BY_MEMBERS.get(key)
+        if kept is None or kept.fabric is None:  # none yet, or destroyed
+            kept = _BY_MEMBERS[key] = super()._new_comm(comm_id, members, mode, **kwargs)
+        return kept
 
 
 class NewgroupOptionsAliased:

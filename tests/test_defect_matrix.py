@@ -106,3 +106,21 @@ def test_a_hang_in_a_checks_subgroup_times_out_within_the_checks_timeout() -> No
     assert "rank 1: RankTimeout" in result.detail, result.detail
     assert "Timed out waiting 3000ms for " in result.detail, result.detail
     assert "ranks [0] never arrived" in result.detail, result.detail
+
+
+def test_comm_id_by_members_shows_the_same_symptom_every_run() -> None:
+    """comm_id_by_members used to make a second live communicator under an id in use, and COLL-ROOTED at world
+    size 4 passed or erred by which rank read a shared store key first; the flaw now hands every group of the
+    same ranks the one communicator (simulator/flaws.py), so its outcomes repeat: COLL-ROOTED passes, and
+    SPLIT-NEWGROUP-NAMES (repeated groups on distinct communicators) fails."""
+    reqs = {r.id: r for r in load_bound_catalog()}
+    pools = PoolSet()
+    try:
+        planted = {"defects": ["comm_id_by_members"]}
+        rooted = [run_case(pools, reqs["COLL-ROOTED"], "sim", 4, target_options=planted, timeout_s=15.0)
+                  for _ in range(3)]
+        names = run_case(pools, reqs["SPLIT-NEWGROUP-NAMES"], "sim", 4, target_options=planted, timeout_s=15.0)
+    finally:
+        pools.close()
+    assert [r.outcome for r in rooted] == ["pass"] * 3, [r.detail for r in rooted]
+    assert names.outcome == "fail" and "communicators of the repeated groups" in names.detail, names.detail

@@ -74,7 +74,13 @@ def new_comms(ctx: CheckContext, since: int) -> list[dict[str, Any]]:
 
 
 def world_comm(ctx: CheckContext) -> dict[str, Any]:
-    """The comm_created event of the world communicator (NotObservable if the probe records no modes)."""
+    """The comm_created event of the world communicator (NotObservable if the probe records no modes).
+
+    A probe that breaks the probe protocol (an ``events()`` default other than ``since=0``, a kind filter that
+    lets other kinds through: ``CombinedProbe.protocol_breach``) fails here: its record cannot back the claim."""
+    breach = getattr(ctx.probe, "protocol_breach", lambda: None)()
+    if breach is not None:
+        raise CheckFailed(f"rank {ctx.rank}: target {ctx.target.name}'s probe breaks the probe protocol: {breach}")
     events = ctx.probe.events("comm_created")
     if events and all(e.get("mode") is None or e.get("members") is None for e in events):
         raise NotObservable(f"target {ctx.target.name}'s probe records no creation mode or members for communicators")

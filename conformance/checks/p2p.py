@@ -109,6 +109,13 @@ def eager_reuse(ctx: CheckContext) -> None:
                "the world communicator only", elsewhere)
 
 
+def _expect_declared_pairs(ctx: CheckContext, what: str) -> None:
+    """A target that declares ``lazy_pair_comms`` fails where lazy P2P made no pair communicator (its probe has
+    shown the world's communicator being made: the caller's positive control), rather than not applying."""
+    ctx.expect("lazy_pair_comms" not in ctx.target.capabilities,
+               f"{what}, on a target declaring lazy_pair_comms", "one 2-rank communicator per pair", "none")
+
+
 @check("P2P-LAZY-PAIR-COMM")
 def lazy_pair_comm(ctx: CheckContext) -> None:
     """Lazy init: one 2-rank communicator per unordered pair, created on first use, reused."""
@@ -121,10 +128,12 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     if "p2p_any_source" in ctx.target.capabilities:  # a lazy group's any-source receive (its barrier makes the
         _any_source_then_named(ctx)                  # group's own communicator: counted after `created`)
     if not created:
+        dist.barrier()  # makes a lazy world's own communicator where nothing above did: the positive control
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
         stack = ctx.target.target.stack
         ctx.expect(stack not in PAIR_P2P_STACKS, f"communicators made by lazy P2P on stack {stack}, which sends on "
                    "one 2-rank communicator per peer pair", "one per pair", "none")
+        _expect_declared_pairs(ctx, "communicators made by lazy P2P (ring, all-pairs)")
         raise Skipped(f"target {ctx.target.name} made no communicator for lazy P2P (its group communicator "
                       "serves P2P): the requirement applies to backends that make pair communicators")
     require_fields(ctx, created, "members", "mode")
@@ -136,6 +145,8 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ctx.expect_equal("unordered pairs that got a communicator", peers, sorted(pairs))
     many = {k: v for k, v in pairs.items() if len(v) != 1}
     ctx.expect(not many, "communicators per unordered pair", 1, many)
+    ids = [e["comm"] for e in created]  # one communicator per pair, each its own: two pairs' under one id are not
+    ctx.expect(len(set(ids)) == len(ids), "ids of the pair communicators lazy P2P made", "one per pair", ids)
 
 
 @contextmanager
@@ -196,6 +207,7 @@ def lazy_warn_once(ctx: CheckContext) -> None:
     if observing("comm_created") in ctx.target.capabilities and not any(
             e.get("mode") == "p2p" for e in new_comms(ctx, since)) and sum(n for _, n in counts) == 0:
         positive_control(ctx, bool(ctx.probe.events("comm_created")), "the world's communicator being made")
+        _expect_declared_pairs(ctx, "communicators made by lazy P2P on the world and a new_group")
         raise Skipped(f"target {ctx.target.name} made no per-pair communicators for lazy P2P and warned nothing: "
                       "the requirement applies to backends that make them")
     rounds = f"over 3 rounds of P2P with {ctx.world_size - 1} peers"
@@ -234,13 +246,39 @@ def data(ctx: CheckContext) -> None:
         ctx.note(f"non-contiguous P2P refused clearly: {exc}")
         dist.barrier()
         _tags_and_any_source(ctx)
+        _long_channel(ctx)
         return _generated(ctx)
     expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
     ctx.expect_equal("non-contiguous view received into a non-contiguous view", expected.tolist(),
                      view[:, 1::2].cpu().tolist())
     ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
     _tags_and_any_source(ctx)
+    _long_channel(ctx)
     _generated(ctx)
+
+
+# Messages on one (source, destination, tag) channel: past CPython's small-int cache (-5..256), so a backend
+# that compares message numbers or counts with `is` shows it, and past any small ring of envelopes.
+LONG_CHANNEL = 300
+
+
+def _long_channel(ctx: CheckContext) -> None:
+    """Every rank sends the next one LONG_CHANNEL one-element messages on one tag, each isend posted with the
+    matching irecv from the rank behind (so a stack that moves a message only once its receive is posted
+    progresses), all waited at the end: receive k holds message k (torch's per-channel FIFO)."""
+    n, r = ctx.world_size, ctx.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    sent = [torch.full((1,), float(r * 1000 + k), device=ctx.device) for k in range(LONG_CHANNEL)]
+    got = [torch.full((1,), -1.0, device=ctx.device) for _ in range(LONG_CHANNEL)]
+    works = []
+    for k in range(LONG_CHANNEL):
+        works += [dist.isend(sent[k], nxt), dist.irecv(got[k], prv)]
+    for w in works:
+        w.wait()
+    values = torch.cat(got).cpu().tolist()
+    wrong = [(k, v) for k, v in enumerate(values) if v != float(prv * 1000 + k)]
+    ctx.expect(not wrong, f"{LONG_CHANNEL} messages from rank {prv} on one tag, received in order",
+               f"receive k holds message k ({prv * 1000} + k)", f"{len(wrong)} wrong, first (k, value): {wrong[:3]}")
 
 
 def _generated(ctx: CheckContext) -> None:
@@ -284,6 +322,9 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
             ctx.expect_equal("sources matched by recv(src=None)", set(range(1, n)), seen)
         else:
             dist.send(torch.full((2,), float(r), device=ctx.device), 0)
+        # rank 0's any-source receives take whichever tag-0 message comes first (torch's semantics): the last rank
+        # sends it the mix below only once every one of them has matched (tests/vendor/test_timing.py)
+        dist.barrier()
         _any_source_then_named(ctx)
     else:
         ctx.note("recv(src=None) not checked: the target lacks capability p2p_any_source; "

@@ -178,6 +178,10 @@ def validation(ctx: CheckContext) -> None:
         "duplicate ranks": ([[0, 0]], (("duplicate", "twice", "more than once", "[0, 0]"),)),
         "a group larger than the world": ([list(range(n + 1))], ((str(n), "world_size"),)),
         "an out-of-range rank": ([[0, n]], (str(n),)),
+        # above the group size, not only at it: a bound written `r != size` (or `is not`) still refuses n;
+        # torch decides none of these two on any version checked (v2.13.0 distributed_c10d.py:5672-5682,
+        # v2.15.0 :6972-6980: emptiness, size and duplicates only), so the backend must
+        "a rank above the group size": ([[0, n + 1]], (str(n + 1),)),
         "a negative rank": ([[0, -1]], ("-1",)),
     }
     for what, (split, needles) in cases.items():

@@ -165,6 +165,28 @@ class CombinedProbe:
         self._marks.append(tuple(p.mark() for p in self.parts))
         return len(self._marks) - 1
 
+    def protocol_breach(self) -> str | None:
+        """Where a part's ``events()`` without ``since`` differs from ``events(since=0)``, or ``events(kind)`` returns
+        another kind, what differs, else None.
+
+        The protocol's default is ``since=0`` (conformance.probe.Probe, docs/vendor-guide.md section 4); the
+        suite itself always passes its marks, so only this comparison shows a vendor probe whose default
+        differs (and whose callers, reading "every event", would get fewer). A faulted part answers for itself.
+        """
+        for part in self.parts:
+            try:
+                default, start = part.events(), part.events(None, 0)
+                if default != start:
+                    return (f"{type(part).__name__}.events() without since returned {len(default)} event(s), "
+                            f"events(since=0) {len(start)}: the probe protocol's default is since=0")
+                for kind in sorted(part.observes):
+                    other = sorted({e.get("kind") for e in part.events(kind, 0)} - {kind})
+                    if other:
+                        return f"{type(part).__name__}.events({kind!r}) returned events of kind {other}"
+            except NotObservable:
+                continue
+        return None
+
     def control_missing(self, kind: str) -> str | None:
         """The answering part's positive control (parts without one are trusted to have seen it)."""
         found = self._part(kind)

@@ -55,6 +55,10 @@ CONTRACT: dict[str, str] = {
     "p2p_tags": "send/recv tags select among messages between the same pair (undeclared: tag matching is not "
                 "checked, as NCCL ignores tags)",
     "p2p_any_source": "recv(src=None) receives from whichever peer sends (recv_anysource)",
+    "lazy_pair_comms": "send/recv on a group without a device binding (lazy init) makes one 2-rank communicator "
+                       "per unordered pair on first use, as ProcessGroupNCCL does (pytorch PR 129147), and the "
+                       "module's conformance_probe() records each as a comm_created event of mode 'p2p' "
+                       "(undeclared: a backend that makes none is not judged by the lazy-P2P requirements)",
     "mismatch_detection": "every collective compares what each member called and refuses, on every member, "
                           "different ops, roots, dtypes, sizes, all_to_all split sizes or shapes, and split_group "
                           "split lists that differ, naming the disagreement (neither gloo nor NCCL does)",
@@ -67,6 +71,8 @@ CONSULTED: dict[str, str] = {
     "hints": "HINT-INVALID-REFUSED also refuses invalid hint values",
     "p2p_tags": "P2P-DATA checks that tags select among messages",
     "p2p_any_source": "P2P-DATA checks recv(src=None)",
+    "lazy_pair_comms": "P2P-LAZY-PAIR-COMM and P2P-LAZY-WARN-ONCE fail, instead of not applying, where lazy P2P "
+                       "makes no pair communicator",
 }
 # NCCL-style fields of an options object, as the options part makes and reads them.
 OPTION_FIELDS = ("is_high_priority_stream", "cga_cluster_size", "max_ctas", "min_ctas", "net_name")

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from conformance.targets.vendor import VendorTarget
 
 # What toyccl declares it supports; the suite verifies each (a skip among them is a failure).
-CAPABILITIES = ("device_binding", "split", "options", "hints", "p2p_tags", "p2p_any_source")
+CAPABILITIES = ("device_binding", "split", "options", "hints", "p2p_tags", "p2p_any_source", "lazy_pair_comms")
 
 
 class ToycclTarget(VendorTarget):
