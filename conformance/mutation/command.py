@@ -34,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="<target>.jsonl (one line per judged mutant) and <target>.meta.json; reused when the "
                         "sources are unchanged, so a sample can grow run by run")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where mutation.json and .md go")
+    p.add_argument("--newest-torch", default="auto", metavar="PYTHON",
+                   help="judge this run's survivors again on this interpreter's torch (a mutant is caught when "
+                        "either torch's verdict is non-conformant); 'auto': the venv .venvs/torch-newest "
+                        "(ci/torch-newest.txt) when it exists; 'off': none")
 
 
 def _pick(population: list[Mutant], args: argparse.Namespace, done: dict[str, Any]) -> list[Mutant]:
@@ -50,24 +54,33 @@ def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
     """The target's run facts: ``defaults`` with the wall time and the runs recorded for the same sources."""
     old = json.loads(path.read_text()) if path.exists() else {}
     same = old.get("digest") == defaults["digest"]
-    return defaults | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
-                       "runs": old.get("runs", []) if same else []}
+    kept = {"newest_torch": old["newest_torch"]} if same and old.get("newest_torch") else {}
+    return defaults | kept | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
+                              "runs": old.get("runs", []) if same else []}
 
 
-def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any) -> Any:
-    """What to do with each judged mutant: append it to the results file, record it, say it."""
+def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any, torch_version: str,
+              again: bool = False) -> Any:
+    """What to do with each judged mutant: append it to the results file, record it, say it. ``again``: a
+    survivor judged again on another torch (``torch_version``): its row lists both torches, and what caught it
+    names the torch that did."""
     from conformance.mutation.harness import CAUGHT, Judged
 
     count = [0]
 
     def record(j: Judged) -> None:
         count[0] += 1
+        before = done.get(j.mutant.id, {}).get("judged_on", []) if again else []
+        j.judged_on = [*before, torch_version]
+        if j.caught_by is not None:
+            j.caught_by = {**j.caught_by, "torch": torch_version}
         row = j.to_json() | {"digest": digest}
         with rows_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         done[j.mutant.id] = row
         by = j.caught_by or {}
-        say(f"[{count[0]:>3}/{total}] {j.status:<8} {j.seconds:>6.1f}s {j.mutant.id}"
+        say(f"[{count[0]:>3}/{total}]{' ' + torch_version if again else ''} {j.status:<8} {j.seconds:>6.1f}s "
+            f"{j.mutant.id}"
             + (f"  <- {by.get('requirement', '')} ws={by.get('world_size', '')}" if j.status in CAUGHT else ""))
 
     return record
@@ -79,13 +92,16 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
 
     from conformance.mutation import report
     from conformance.mutation.harness import (
+        SURVIVED,
         Mutant,
         enumerate_mutants,
         load_results,
+        newest_python,
         rule_equivalent,
         run_mutants,
         source_digest,
     )
+    from conformance.mutation.harness import torch_version as version_of
     from conformance.mutation.targets import TARGETS
     from conformance.report.write import atomic_write_text
 
@@ -98,6 +114,11 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
     judge_args = ["--timeout", str(args.timeout), "--world-sizes", ",".join(map(str, args.world_sizes)),
                   *(["--requirement", args.requirement] if args.requirement else [])]
     args.results_dir.mkdir(parents=True, exist_ok=True)
+    newest = (None if args.newest_torch == "off" else newest_python(ROOT) if args.newest_torch == "auto"
+              else Path(args.newest_torch))
+    newest_version = version_of(newest) if newest is not None else ""
+    if newest_version == torch.__version__:
+        newest = None  # the same torch: nothing more to see
     for target in (TARGETS[n] for n in names):
         digest = source_digest(ROOT, target)
         population = enumerate_mutants(ROOT, target)
@@ -117,10 +138,17 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         started = time.perf_counter()
         try:
             if todo:
-                record = _recorder(rows_path, digest, done, len(todo), say)
+                record = _recorder(rows_path, digest, done, len(todo), say, torch.__version__)
                 with interrupts.raising():
                     meta["baseline_seconds"] = round(run_mutants(ROOT, todo, args.jobs, judge_args,
                                                                  args.mutant_timeout, record), 1)
+                again = [m for m in todo if done[m.id]["status"] == SURVIVED] if newest is not None else []
+                if again:  # a mutant some torch's code path reaches only there (torch 2.15's gather_single)
+                    say(f"{target.name}: judging the {len(again)} survivors again on torch {newest_version}")
+                    meta["newest_torch"] = newest_version
+                    record = _recorder(rows_path, digest, done, len(again), say, newest_version, again=True)
+                    with interrupts.raising():
+                        run_mutants(ROOT, again, args.jobs, judge_args, args.mutant_timeout, record, newest)
         except KeyboardInterrupt:
             say(f"interrupted: {len(done)} mutants of {target.name} recorded in {rows_path}; run again to go on")
             return 3
