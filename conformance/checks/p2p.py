@@ -107,6 +107,15 @@ def eager_reuse(ctx: CheckContext) -> None:
                         and (e.get("group") is None or e.get("group") != world.get("group"))})
     ctx.expect(not elsewhere, f"communicators carrying P2P under eager init (the world's is {world['comm']})",
                "the world communicator only", elsewhere)
+    _one_op_each(ctx, launches)
+
+
+def _one_op_each(ctx: CheckContext, launches: list[dict]) -> None:
+    """Each unbatched send or recv is a launch of one op (probes/README.md: ``ops``, the number of ops in the
+    launch; every probe here fills it: the simulator's, the dispatcher's and the flight recorder's)."""
+    require_fields(ctx, launches, "ops")
+    wrong = sorted({(e["op"], e["ops"]) for e in launches if e["ops"] != 1})
+    ctx.expect(not wrong, "ops of each unbatched send/recv launch", 1, wrong)
 
 
 @check("P2P-LAZY-PAIR-COMM")
@@ -245,6 +254,7 @@ def data(ctx: CheckContext) -> None:
 
 def _generated(ctx: CheckContext) -> None:
     """The generated P2P cases (sizes from empty to MiBs, every dtype and value kind, layouts, tags, sources)."""
+    _many_ahead(ctx)
     found = Findings(ctx)
     world = list(range(ctx.world_size))
     run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c), world, "world")
@@ -288,6 +298,36 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
     else:
         ctx.note("recv(src=None) not checked: the target lacks capability p2p_any_source; "
                  "a backend with an any-source receive declares p2p_any_source")
+
+
+AHEAD = 40  # sends posted on one channel before their receives: more than a small ring of slots holds (32 here)
+
+
+def _many_ahead(ctx: CheckContext) -> None:
+    """Even rank 2k sends to rank 2k+1 only: one message the receiver takes at once, then ``AHEAD`` isends while
+    the receiver is not yet receiving; then it receives them all: each exact, in send order (one direction
+    per pair, so that no backend waits in a cycle)."""
+    peer = ctx.rank ^ 1
+    if peer >= ctx.world_size:
+        dist.barrier()
+        return
+    first = torch.zeros(3, dtype=torch.int64, device=ctx.device)
+    if ctx.rank % 2 == 0:
+        dist.send(torch.full((3,), -1, dtype=torch.int64, device=ctx.device), peer)
+        works = [dist.isend(torch.arange(3, dtype=torch.int64, device=ctx.device) + 1000 * k + ctx.rank, peer)
+                 for k in range(AHEAD)]
+        for work in works:
+            work.wait()
+    else:
+        dist.recv(first, peer)
+        ctx.expect_equal(f"the first message from rank {peer}", [-1] * 3, first.tolist())
+        time.sleep(0.2)  # the sender posts its sends meanwhile
+        for k in range(AHEAD):
+            got = torch.zeros(3, dtype=torch.int64, device=ctx.device)
+            dist.recv(got, peer)
+            ctx.expect_equal(f"message #{k + 2} of {AHEAD + 1} from rank {peer}, sent before any of its receives",
+                             [1000 * k + peer + i for i in range(3)], got.tolist())
+    dist.barrier()
 
 
 # Past 4 MiB (NCCL's default channel buffer, NCCL_BUFFSIZE) a stack may move a message only once its receive
