@@ -3,8 +3,13 @@ their valid range, what a non-member of a split creates, destroy and re-init, an
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -135,11 +140,30 @@ def nonmember_creates_nothing(ctx: CheckContext) -> None:
 @check("API-LIFECYCLE")
 def lifecycle(ctx: CheckContext) -> None:
     """Destroying one subgroup leaves the world and another subgroup working; destroy_process_group() then
-    init again in the same process, on a new store, works (twice: a second cycle finds what the first left)."""
+    init again in the same process, on a new store, works (twice: a second cycle finds what the first left; the
+    third world's store is a FileStore, a store of another kind, which its last rank reaches late)."""
+    ranks = list(range(ctx.world_size))
+    folder = _shared_folder(ctx)
+    try:
+        _cycles(ctx, folder)
+    finally:  # the FileStore's folder goes, the check passed or not
+        ctx.store.set(f"api-lifecycle-done/{ctx.rank}", "1")
+        if ctx.rank == 0:
+            with contextlib.suppress(Exception):
+                ctx.store.wait([f"api-lifecycle-done/{r}" for r in ranks], timedelta(seconds=ctx.timeout_s))
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _cycles(ctx: CheckContext, folder: Path) -> None:
     n, ranks = ctx.world_size, list(range(ctx.world_size))
     for cycle in (1, 2, 3):
         where = f"world #{cycle} of this process"
-        store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
+        store: dist.Store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
+        if cycle == 3:
+            where += " (on a FileStore)"
+            store = dist.FileStore(str(folder / "store"), n)
+            if ctx.rank == n - 1:
+                time.sleep(0.3)  # the others wait for it in the world's creation
         ctx.target.init_world(store, ctx.rank, n, WorldSpec(mode=default_mode(ctx)), ctx.timeout_s)
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, where)
         since = ctx.probe.mark()
@@ -156,6 +180,13 @@ def lifecycle(ctx: CheckContext) -> None:
         dist.destroy_process_group()
         ctx.expect_equal(f"{where}: dist.is_initialized() after destroy_process_group()", False,
                          dist.is_initialized())
+
+
+def _shared_folder(ctx: CheckContext) -> Path:
+    """A fresh folder rank 0 makes and every rank learns through the check's store."""
+    if ctx.rank == 0:
+        ctx.store.set("api-lifecycle-folder", tempfile.mkdtemp(prefix="cf-lifecycle-"))
+    return Path(ctx.store.get("api-lifecycle-folder").decode())
 
 
 def _destroy_subgroup(ctx: CheckContext, group: Any, where: str) -> None:
