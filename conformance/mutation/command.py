@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="judge this run's survivors again on this interpreter's torch (a mutant is caught when "
                         "either torch's verdict is non-conformant); 'auto': the venv .venvs/torch-newest "
                         "(ci/torch-newest.txt) when it exists; 'off': none")
+    p.add_argument("--newest-only", action="store_true",
+                   help="judge on the newest torch only: the recorded survivors (of --mutant, else all) that it "
+                        "has not judged yet")
 
 
 def _pick(population: list[Mutant], args: argparse.Namespace, done: dict[str, Any]) -> list[Mutant]:
@@ -60,17 +63,17 @@ def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
 
 
 def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any, torch_version: str,
-              again: bool = False) -> Any:
+              again: bool = False, first: str = "") -> Any:
     """What to do with each judged mutant: append it to the results file, record it, say it. ``again``: a
-    survivor judged again on another torch (``torch_version``): its row lists both torches, and what caught it
-    names the torch that did."""
+    survivor judged again on another torch (``torch_version``): its row lists both torches (``first``, the one
+    that judged it before, where its row does not say), and what caught it names the torch that did."""
     from conformance.mutation.harness import CAUGHT, Judged
 
     count = [0]
 
     def record(j: Judged) -> None:
         count[0] += 1
-        before = done.get(j.mutant.id, {}).get("judged_on", []) if again else []
+        before = (done.get(j.mutant.id, {}).get("judged_on") or [first]) if again else []
         j.judged_on = [*before, torch_version]
         if j.caught_by is not None:
             j.caught_by = {**j.caught_by, "torch": torch_version}
@@ -129,7 +132,14 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         rows_path = args.results_dir / f"{target.name}.jsonl"
         meta_path = args.results_dir / f"{target.name}.meta.json"
         done = load_results(rows_path, digest)
-        todo = [m for m in _pick(population, args, done) if m.target == target.name]
+        if args.newest_only:
+            if newest is None:
+                raise ValueError("--newest-only: no newer torch to judge on (--newest-torch, .venvs/torch-newest)")
+            by_id = {m.id: m for m in population}
+            todo = [by_id[i] for i, r in done.items() if i in by_id and r["status"] == SURVIVED
+                    and newest_version not in r.get("judged_on", []) and (not args.mutant or i in args.mutant)]
+        else:
+            todo = [m for m in _pick(population, args, done) if m.target == target.name]
         meta = _meta(meta_path, {"population": len(population), "seed": args.seed, "digest": digest,
                                  "torch": torch.__version__, "command": target.command, "jobs": args.jobs,
                                  "judge_args": judge_args, "mutant_timeout_s": args.mutant_timeout})
@@ -137,16 +147,18 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
             f"on {args.jobs} slots")
         started = time.perf_counter()
         try:
-            if todo:
+            if todo and not args.newest_only:
                 record = _recorder(rows_path, digest, done, len(todo), say, torch.__version__)
                 with interrupts.raising():
                     meta["baseline_seconds"] = round(run_mutants(ROOT, todo, args.jobs, judge_args,
                                                                  args.mutant_timeout, record), 1)
+            if todo:
                 again = [m for m in todo if done[m.id]["status"] == SURVIVED] if newest is not None else []
                 if again:  # a mutant some torch's code path reaches only there (torch 2.15's gather_single)
                     say(f"{target.name}: judging the {len(again)} survivors again on torch {newest_version}")
                     meta["newest_torch"] = newest_version
-                    record = _recorder(rows_path, digest, done, len(again), say, newest_version, again=True)
+                    record = _recorder(rows_path, digest, done, len(again), say, newest_version, again=True,
+                                       first=torch.__version__)
                     with interrupts.raising():
                         run_mutants(ROOT, again, args.jobs, judge_args, args.mutant_timeout, record, newest)
         except KeyboardInterrupt:
