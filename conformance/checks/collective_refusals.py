@@ -344,7 +344,8 @@ def _receive(ctx: CheckContext, group: dist.ProcessGroup, src: int | None) -> Ca
 
 def _absent_sender(ctx: CheckContext, found: Findings) -> None:
     """The P2P analogue, in a lazy world (P2P on pair communicators where the target makes them, as NCCL's lazy
-    init does): after an exchange between partners gave exact data (the positive control), on groups of their
+    init does; with ``p2p_any_source`` first a recv from any source on a group of the check's own world, which
+    may be bound): after an exchange between partners gave exact data (the positive control), on groups of their
     own with a short timeout, each even rank posts a recv from its partner (the next rank) and rank 0 (with
     ``p2p_any_source``) a recv from any source; nobody sends, and the other ranks wait at a barrier of the
     world. Each recv must raise within the group's timeout plus slack: as a timeout (gloo: 'Timed out waiting
@@ -352,6 +353,13 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
     keys: ...p2p/1->0...') or, as another error, naming the recv and the peer it waited for.
     (Only one side of a pair waits: on gloo a recv's timeout closes its side of the pair, which a peer still
     waiting in a recv of its own reports as 'Connection closed by peer'.)"""
+    anysource = "p2p_any_source" in ctx.target.capabilities
+    if anysource:  # first on a group of the check's world (a bound one where the target binds a device)
+        group = _fresh_group(ctx, ABSENT_WAIT_S)
+        if ctx.rank == 0:
+            found.case(_recv_raises, ctx, f"recv from any source on a group of the check's world ({default_mode(ctx)} "
+                       "init), which no rank sends to", _receive(ctx, group, None), _any_peer(ctx), time.monotonic())
+        dist.barrier()
     dist.destroy_process_group()
     ctx.init_world("lazy")
     peer = _partner(ctx)
@@ -361,7 +369,6 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
         for work in (dist.isend(mine, peer), dist.irecv(got, peer)):
             _finish(ctx, "send/recv between partners", work)
         ctx.expect_equal(f"recv from rank {peer} (positive control)", [float(peer + 1)] * 4, got.tolist())
-    anysource = "p2p_any_source" in ctx.target.capabilities
     named, anyg = _fresh_group(ctx, ABSENT_WAIT_S), _fresh_group(ctx, ABSENT_WAIT_S)
     start = time.monotonic()
     waits = []
@@ -369,14 +376,19 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
         waits.append((f"recv from rank {peer}, which never sends", _receive(ctx, named, peer),
                       (f"rank {peer}", f"ranks {peer}", f"rank(s) {peer}")))
     if anysource and ctx.rank == 0:
-        others = [str(q) for q in range(1, ctx.world_size)]
-        waits.append(("recv from any source, which no rank sends to", _receive(ctx, anyg, None),
-                      ("any", *(f"rank {q}" for q in others), *(f"ranks {q}" for q in others))))
+        waits.append(("recv from any source on a lazy group, which no rank sends to", _receive(ctx, anyg, None),
+                      _any_peer(ctx)))
     elif not anysource:
         ctx.note("recv(src=None) whose peers never send not tried: the target lacks capability p2p_any_source")
     for what, wait, peer_named in waits:
         found.case(_recv_raises, ctx, what, wait, peer_named, start)
     dist.barrier()
+
+
+def _any_peer(ctx: CheckContext) -> Needle:
+    """What an any-source recv's error (other than a timeout) names as its peer: 'any' or a peer's rank."""
+    others = [str(q) for q in range(ctx.world_size) if q != ctx.rank]
+    return ("any", *(f"rank {q}" for q in others), *(f"ranks {q}" for q in others))
 
 
 def _recv_raises(ctx: CheckContext, what: str, wait: Callable[[], None], peer_named: Needle, start: float) -> None:
