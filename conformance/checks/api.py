@@ -84,6 +84,22 @@ def work_future(ctx: CheckContext) -> None:
                    carried.tolist())
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
+    _zero_timeout_waits(ctx)
+
+
+def _zero_timeout_waits(ctx: CheckContext) -> None:
+    """work.wait(timedelta(0)) means no timeout (c10d's kNoTimeout is 0 ms): on an all_reduce whose last rank
+    joins 0.3 s late it waits for the op and returns True, with the exact sum."""
+    n = ctx.world_size
+    t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    if ctx.rank == n - 1:
+        time.sleep(0.3)
+    work = dist.all_reduce(t, async_op=True)
+    ctx.expect_equal("all_reduce (the last rank 0.3 s late): work.wait(timeout=timedelta(0)), no timeout", True,
+                     work.wait(timeout=timedelta(0)))
+    ctx.expect(mismatch(t, [float(n * (n + 1) // 2)] * 4, t.dtype) is None,
+               "all_reduce (the last rank 0.3 s late): output after wait(timedelta(0))", [float(n * (n + 1) // 2)] * 4,
+               t.tolist())
 
 
 @check("API-BOUNDARY-ACCEPTED")
