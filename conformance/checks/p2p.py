@@ -304,29 +304,30 @@ AHEAD = 40  # sends posted on one channel before their receives: more than a sma
 
 
 def _many_ahead(ctx: CheckContext) -> None:
-    """Even rank 2k sends to rank 2k+1 only: one message the receiver takes at once, then ``AHEAD`` isends while
-    the receiver is not yet receiving; then it receives them all: each exact, in send order (one direction
-    per pair, so that no backend waits in a cycle)."""
+    """On a fresh group (channels no message has used), even rank 2k sends to rank 2k+1 only, in two bursts of
+    ``AHEAD`` isends each posted while the receiver is not receiving yet (the first before it has taken
+    anything, the second after it took the first burst); it
+    then receives the burst: each message exact, in send order (one direction per pair, so that no backend
+    waits in a cycle)."""
     peer = ctx.rank ^ 1
+    group = ctx.new_group(list(range(ctx.world_size)))
     if peer >= ctx.world_size:
         dist.barrier()
         return
-    first = torch.zeros(3, dtype=torch.int64, device=ctx.device)
-    if ctx.rank % 2 == 0:
-        dist.send(torch.full((3,), -1, dtype=torch.int64, device=ctx.device), peer)
-        works = [dist.isend(torch.arange(3, dtype=torch.int64, device=ctx.device) + 1000 * k + ctx.rank, peer)
-                 for k in range(AHEAD)]
-        for work in works:
-            work.wait()
-    else:
-        dist.recv(first, peer)
-        ctx.expect_equal(f"the first message from rank {peer}", [-1] * 3, first.tolist())
-        time.sleep(0.2)  # the sender posts its sends meanwhile
-        for k in range(AHEAD):
-            got = torch.zeros(3, dtype=torch.int64, device=ctx.device)
-            dist.recv(got, peer)
-            ctx.expect_equal(f"message #{k + 2} of {AHEAD + 1} from rank {peer}, sent before any of its receives",
-                             [1000 * k + peer + i for i in range(3)], got.tolist())
+    for burst in range(2):
+        if ctx.rank % 2 == 0:
+            works = [dist.isend(torch.arange(3, dtype=torch.int64, device=ctx.device) + 1000 * k + ctx.rank + burst,
+                                peer, group=group) for k in range(AHEAD)]
+            for work in works:
+                work.wait()
+        else:
+            time.sleep(0.2)  # the sender posts its sends meanwhile
+            for k in range(AHEAD):
+                got = torch.zeros(3, dtype=torch.int64, device=ctx.device)
+                dist.recv(got, peer, group=group)
+                ctx.expect_equal(f"message #{k + 1} of burst {burst + 1} ({AHEAD} messages) from rank {peer}, "
+                                 "sent before any of its receives", [1000 * k + peer + burst + i for i in range(3)],
+                                 got.tolist())
     dist.barrier()
 
 
