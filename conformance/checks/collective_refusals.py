@@ -309,13 +309,22 @@ def absent_peer(ctx: CheckContext) -> None:
     ctx.expect_equal("all_reduce of ones over the world (positive control)", [float(ctx.world_size)] * 4, t.tolist())
     cases = absent_plan(ctx.world_size).cases(replace(ctx.generation, budget=0), ctx.world_size)
     groups = [_fresh_group(ctx, ABSENT_WAIT_S) for _ in cases]
+    anysource = "p2p_any_source" in ctx.target.capabilities
+    # with p2p_any_source, rank 0 also posts a recv from any source on a group of the check's world (bound where
+    # the target binds a device), which no rank sends to: it waits out the same time as the cases above
+    any_group = _fresh_group(ctx, ABSENT_WAIT_S) if anysource else None
     issued = [(case, time.monotonic(), _issue(ctx, case["op"], group, case["absent rank"]))
               for case, group in zip(cases, groups, strict=True) if case["absent rank"] != ctx.rank]
+    any_start = time.monotonic()
+    any_wait = _receive(ctx, any_group, None) if any_group is not None and ctx.rank == 0 else None
     found = Findings(ctx)
     for case, start, wait in issued:
         absent = case["absent rank"]
         found.case(_peer_raises, ctx, f"{case.describe()}: {case['op']} that rank {absent} never joins", wait,
                    ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
+    if any_wait is not None:
+        found.case(_recv_raises, ctx, f"recv from any source on a group of the check's world ({default_mode(ctx)} "
+                   "init), which no rank sends to", any_wait, _any_peer(ctx), any_start)
     dist.barrier()
     _absent_sender(ctx, found)  # every rank goes on (a failed case is recorded), so the ranks stay in step
     found.conclude()
@@ -344,8 +353,7 @@ def _receive(ctx: CheckContext, group: dist.ProcessGroup, src: int | None) -> Ca
 
 def _absent_sender(ctx: CheckContext, found: Findings) -> None:
     """The P2P analogue, in a lazy world (P2P on pair communicators where the target makes them, as NCCL's lazy
-    init does; with ``p2p_any_source`` first a recv from any source on a group of the check's own world, which
-    may be bound): after an exchange between partners gave exact data (the positive control), on groups of their
+    init does): after an exchange between partners gave exact data (the positive control), on groups of their
     own with a short timeout, each even rank posts a recv from its partner (the next rank) and rank 0 (with
     ``p2p_any_source``) a recv from any source; nobody sends, and the other ranks wait at a barrier of the
     world. Each recv must raise within the group's timeout plus slack: as a timeout (gloo: 'Timed out waiting
@@ -354,12 +362,6 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
     (Only one side of a pair waits: on gloo a recv's timeout closes its side of the pair, which a peer still
     waiting in a recv of its own reports as 'Connection closed by peer'.)"""
     anysource = "p2p_any_source" in ctx.target.capabilities
-    if anysource:  # first on a group of the check's world (a bound one where the target binds a device)
-        group = _fresh_group(ctx, ABSENT_WAIT_S)
-        if ctx.rank == 0:
-            found.case(_recv_raises, ctx, f"recv from any source on a group of the check's world ({default_mode(ctx)} "
-                       "init), which no rank sends to", _receive(ctx, group, None), _any_peer(ctx), time.monotonic())
-        dist.barrier()
     dist.destroy_process_group()
     ctx.init_world("lazy")
     peer = _partner(ctx)
