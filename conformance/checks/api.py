@@ -293,6 +293,7 @@ def list_collectives(ctx: CheckContext) -> None:
         if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
                 out, scatter_list=sent, src=root), declined("scatter")):
             found.case(_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
+    _gather_single(ctx, found, block, declined)
     outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
     ins = [torch.tensor(block(r, j), device=dev) for j in range(n)]
     if optional_case(ctx, "all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins),
@@ -311,6 +312,28 @@ def list_collectives(ctx: CheckContext) -> None:
             for k, t in enumerate(pair):
                 found.case(_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
     found.conclude()
+
+
+def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
+                   declined: Callable[..., tuple[str, ...]]) -> None:
+    """torch >= 2.15's gather into one tensor (dist.gather_single, v2.15.0 distributed_c10d.py:5719; the backend's
+    own gather_single), to every root, into a contiguous output and into a strided view of a larger one: the
+    root's tensor holds each rank's block in group-rank order."""
+    gather_single = getattr(dist, "gather_single", None)
+    if gather_single is None:
+        ctx.note(f"gather_single not tried: torch {torch.__version__} has none (added in 2.15)")
+        return
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    want = [x for j in range(n) for x in block(j, 2)]
+    for root in range(n):
+        for layout in ("contiguous", "strided"):
+            whole = torch.full((n * 3, 2), -1.0, device=dev)
+            got = (whole[:, 0] if layout == "strided" else whole[:, 0].contiguous()) if r == root else None
+            if optional_case(ctx, f"gather_single to root {root} ({layout} output)",
+                             lambda got=got, root=root: gather_single(torch.tensor(block(r, 2), device=dev), got,
+                                                                      dst=root),
+                             declined("gather_single", "gather")) and got is not None:
+                found.case(_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")
 
 
 def _exact(ctx: CheckContext, got: torch.Tensor, want: list[float], what: str) -> None:
