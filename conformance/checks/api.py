@@ -33,7 +33,9 @@ from conformance.targets.base import WorldSpec
 MAX_TAG = 2**31 - 1
 # torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
 # per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
-NO_OP = "No backend type associated with device type"  # torch's tag is a C int (ProcessGroup::send(..., int tag))
+NO_OP = "No backend type associated with device type"
+# how a backend declines an op it lacks: c10d's Backend ('Backend gloo does not support gather_single'), or NO_OP
+UNSUPPORTED = ("does not support", "not supported", "unsupported", NO_OP)
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
@@ -293,7 +295,7 @@ def list_collectives(ctx: CheckContext) -> None:
         if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
                 out, scatter_list=sent, src=root), declined("scatter")):
             found.case(_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
-    _gather_single(ctx, found, block, declined)
+    _gather_single(ctx, found, block)
     outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
     ins = [torch.tensor(block(r, j), device=dev) for j in range(n)]
     if optional_case(ctx, "all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins),
@@ -314,11 +316,12 @@ def list_collectives(ctx: CheckContext) -> None:
     found.conclude()
 
 
-def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
-                   declined: Callable[..., tuple[str, ...]]) -> None:
+def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]]) -> None:
     """torch >= 2.15's gather into one tensor (dist.gather_single, v2.15.0 distributed_c10d.py:5719; the backend's
     own gather_single), to every root, into a contiguous output and into a strided view of a larger one: the
-    root's tensor holds each rank's block in group-rank order."""
+    root's tensor holds each rank's block in group-rank order; or it is declined as unsupported (c10d's 'Backend gloo
+    does not support gather_single', torch's NO_OP for a Python group without it), not refused for another reason:
+    the op is new, so a backend either has it or says it has not."""
     gather_single = getattr(dist, "gather_single", None)
     if gather_single is None:
         ctx.note(f"gather_single not tried: torch {torch.__version__} has none (added in 2.15)")
@@ -332,7 +335,7 @@ def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int
             if optional_case(ctx, f"gather_single to root {root} ({layout} output)",
                              lambda got=got, root=root: gather_single(torch.tensor(block(r, 2), device=dev), got,
                                                                       dst=root),
-                             declined("gather_single", "gather")) and got is not None:
+                             UNSUPPORTED) and got is not None:
                 found.case(_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")
 
 
