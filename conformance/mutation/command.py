@@ -57,7 +57,10 @@ def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
     """The target's run facts: ``defaults`` with the wall time and the runs recorded for the same sources."""
     old = json.loads(path.read_text()) if path.exists() else {}
     same = old.get("digest") == defaults["digest"]
+    sampled = defaults.pop("sampled", True)
     kept = {"newest_torch": old["newest_torch"]} if same and old.get("newest_torch") else {}
+    if same and not sampled and "seed" in old:
+        kept["seed"] = old["seed"]  # a run of named mutants only keeps the sample's seed
     return defaults | kept | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
                               "runs": old.get("runs", []) if same else []}
 
@@ -86,6 +89,7 @@ def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, sa
             f"{j.mutant.id}"
             + (f"  <- {by.get('requirement', '')} ws={by.get('world_size', '')}" if j.status in CAUGHT else ""))
 
+    record.count = count  # type: ignore[attr-defined]  # how many it recorded (a run stopped early: fewer)
     return record
 
 
@@ -141,11 +145,13 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         else:
             todo = [m for m in _pick(population, args, done) if m.target == target.name]
         meta = _meta(meta_path, {"population": len(population), "seed": args.seed, "digest": digest,
+                                 "sampled": args.sample is not None and not args.newest_only,
                                  "torch": torch.__version__, "command": target.command, "jobs": args.jobs,
                                  "judge_args": judge_args, "mutant_timeout_s": args.mutant_timeout})
         say(f"{target.name}: {len(population)} mutants; judging {len(todo)} ({len(done)} recorded) "
             f"on {args.jobs} slots")
         started = time.perf_counter()
+        record = None
         try:
             if todo and not args.newest_only:
                 record = _recorder(rows_path, digest, done, len(todo), say, torch.__version__)
@@ -157,10 +163,10 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
                 if again:  # a mutant some torch's code path reaches only there (torch 2.15's gather_single)
                     say(f"{target.name}: judging the {len(again)} survivors again on torch {newest_version}")
                     meta["newest_torch"] = newest_version
-                    record = _recorder(rows_path, digest, done, len(again), say, newest_version, again=True,
-                                       first=torch.__version__)
+                    record_again = _recorder(rows_path, digest, done, len(again), say, newest_version, again=True,
+                                             first=torch.__version__)
                     with interrupts.raising():
-                        run_mutants(ROOT, again, args.jobs, judge_args, args.mutant_timeout, record, newest)
+                        run_mutants(ROOT, again, args.jobs, judge_args, args.mutant_timeout, record_again, newest)
         except KeyboardInterrupt:
             say(f"interrupted: {len(done)} mutants of {target.name} recorded in {rows_path}; run again to go on")
             return 3
@@ -169,7 +175,8 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
             meta["wall_seconds"] = round(meta["wall_seconds"] + took, 1)
             if todo:  # each invocation: how many it judged in how long (mutants per minute); one that judged
                 # nothing (a report rebuilt) leaves the facts of the runs that did (seed, judge arguments)
-                meta["runs"].append({"judged": len(todo), "wall_seconds": took, "jobs": args.jobs,
+                judged = record.count[0] if record is not None else len(todo)  # stage 1's, as recorded
+                meta["runs"].append({"judged": judged, "wall_seconds": took, "jobs": args.jobs,
                                      "requirement": args.requirement, "mutants_given": len(args.mutant),
                                      "judge_args": judge_args})
                 atomic_write_text(meta_path, json.dumps(meta, indent=2))
