@@ -45,11 +45,20 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
     return parser.parse_args(["--results-dir", str(tmp_path / "results"), "--report-dir", str(tmp_path), *extra])
 
 
+def _other_torch(tmp_path: Path) -> Path:
+    """An interpreter that says its torch is another release (what ``--newest-torch`` asks first) and runs
+    anything else on this one: the second stage's path, at the cost of one more judge."""
+    python = tmp_path / "other-python"
+    python.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then echo 0.0.0+other; exit 0; fi\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
 @pytest.mark.slow
 def test_fixed_mutants_are_killed_and_an_equivalent_one_survives(tmp_path: Path) -> None:
     ids = [*KILLED, EQUIVALENT]
     args = _args(tmp_path, "--target", "simulator,toyccl", "--world-sizes", "2", "--jobs", "2",
-                 "--requirement", JUDGED_BY,
+                 "--requirement", JUDGED_BY, "--newest-torch", str(_other_torch(tmp_path)),
                  *(a for i in ids for a in ("--mutant", i)))
     said: list[str] = []
     cmd_mutate(args, say=said.append)
@@ -58,9 +67,15 @@ def test_fixed_mutants_are_killed_and_an_equivalent_one_survives(tmp_path: Path)
     for mid, requirement in KILLED.items():
         assert caught.get(mid, {}).get("status") == "killed", (mid, said)
         assert caught[mid]["caught_by"]["requirement"] == requirement, caught[mid]
-    survivors = [r["mutant"]["id"] for r in built["targets"]["simulator"]["survivors"]]
-    assert survivors == [EQUIVALENT], said
-    assert (tmp_path / "mutation.md").read_text().count(EQUIVALENT) == 1
+    survivors = built["targets"]["simulator"]["survivors"]
+    assert [r["mutant"]["id"] for r in survivors] == [EQUIVALENT], said
+    # the survivor was judged again on the other torch (and survived there too); the killed ones were not
+    import torch
+
+    assert survivors[0]["judged_on"] == [torch.__version__, "0.0.0+other"], survivors[0]
+    assert all(c["judged_on"] == [torch.__version__] for c in caught.values()), caught
+    md = (tmp_path / "mutation.md").read_text()
+    assert md.count(EQUIVALENT) == 1 and "survivors again on torch 0.0.0+other (0 caught only there)" in md
 
 
 def test_enumeration_skips_annotations_and_defect_switch_branches() -> None:
@@ -166,6 +181,12 @@ def test_a_triage_entry_written_for_another_line_is_stale() -> None:
     s = report.summarize(rows, triage)
     assert (s["equivalent"], s["untriaged"], s["gaps"]) == (1, 1, 1)
     assert report.triage_of(rows[1], triage) is None and report.mutated_line(rows[0]["diff"]) == "x = 1"
+
+
+def test_the_mutated_line_of_a_removed_decorator_is_the_decorator() -> None:
+    # RemoveDecorator's diff removes the blank line above the decorator first
+    diff = "--- f.py\n+++ f.py\n@@ -129,2 +128,0 @@\n-\n-    @property\n"
+    assert report.mutated_line(diff) == "@property"
 
 
 def test_the_triage_entries_name_their_line() -> None:

@@ -3,8 +3,13 @@ their valid range, what a non-member of a split creates, destroy and re-init, an
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,7 +33,9 @@ from conformance.targets.base import WorldSpec
 MAX_TAG = 2**31 - 1
 # torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
 # per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
-NO_OP = "No backend type associated with device type"  # torch's tag is a C int (ProcessGroup::send(..., int tag))
+NO_OP = "No backend type associated with device type"
+# how a backend declines an op it lacks: c10d's Backend ('Backend gloo does not support gather_single'), or NO_OP
+UNSUPPORTED = ("does not support", "not supported", "unsupported", NO_OP)
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
@@ -79,6 +86,22 @@ def work_future(ctx: CheckContext) -> None:
                    carried.tolist())
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
+    _zero_timeout_waits(ctx)
+
+
+def _zero_timeout_waits(ctx: CheckContext) -> None:
+    """work.wait(timedelta(0)) means no timeout (c10d's kNoTimeout is 0 ms): on an all_reduce whose last rank
+    joins 0.3 s late it waits for the op and returns True, with the exact sum."""
+    n = ctx.world_size
+    t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    if ctx.rank == n - 1:
+        time.sleep(0.3)
+    work = dist.all_reduce(t, async_op=True)
+    ctx.expect_equal("all_reduce (the last rank 0.3 s late): work.wait(timeout=timedelta(0)), no timeout", True,
+                     work.wait(timeout=timedelta(0)))
+    ctx.expect(mismatch(t, [float(n * (n + 1) // 2)] * 4, t.dtype) is None,
+               "all_reduce (the last rank 0.3 s late): output after wait(timedelta(0))", [float(n * (n + 1) // 2)] * 4,
+               t.tolist())
 
 
 @check("API-BOUNDARY-ACCEPTED")
@@ -135,14 +158,33 @@ def nonmember_creates_nothing(ctx: CheckContext) -> None:
 @check("API-LIFECYCLE")
 def lifecycle(ctx: CheckContext) -> None:
     """Destroying one subgroup leaves the world and another subgroup working; destroy_process_group() then
-    init again in the same process, on a new store, works (twice: a second cycle finds what the first left).
-    Where the target splits eager worlds, each cycle also splits a child off the world and uses it: torch
-    2.11's split_group after a re-init segfaulted on NCCL 2.28.9 (scripts/capture_nccl_samples.py's host)."""
+    init again in the same process, on a new store, works (twice: a second cycle finds what the first left; the
+    third world's store is a FileStore, a store of another kind, which its last rank reaches late). Where the
+    target splits eager worlds, each cycle also splits a child off the world and uses it: torch 2.11's
+    split_group after a re-init segfaulted on NCCL 2.28.9 (scripts/capture_nccl_samples.py's host)."""
+    ranks = list(range(ctx.world_size))
+    folder = _shared_folder(ctx)
+    try:
+        _cycles(ctx, folder)
+    finally:  # the FileStore's folder goes, the check passed or not
+        ctx.store.set(f"api-lifecycle-done/{ctx.rank}", "1")
+        if ctx.rank == 0:
+            with contextlib.suppress(Exception):
+                ctx.store.wait([f"api-lifecycle-done/{r}" for r in ranks], timedelta(seconds=ctx.timeout_s))
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _cycles(ctx: CheckContext, folder: Path) -> None:
     n, ranks = ctx.world_size, list(range(ctx.world_size))
     splits = {"split", "device_binding"} <= ctx.target.capabilities
     for cycle in (1, 2, 3):
         where = f"world #{cycle} of this process"
-        store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
+        store: dist.Store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
+        if cycle == 3:
+            where += " (on a FileStore)"
+            store = dist.FileStore(str(folder / "store"), n)
+            if ctx.rank == n - 1:
+                time.sleep(0.3)  # the others wait for it in the world's creation
         ctx.target.init_world(store, ctx.rank, n, WorldSpec(mode=default_mode(ctx)), ctx.timeout_s)
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, where)
         since = ctx.probe.mark()
@@ -162,6 +204,13 @@ def lifecycle(ctx: CheckContext) -> None:
         dist.destroy_process_group()
         ctx.expect_equal(f"{where}: dist.is_initialized() after destroy_process_group()", False,
                          dist.is_initialized())
+
+
+def _shared_folder(ctx: CheckContext) -> Path:
+    """A fresh folder rank 0 makes and every rank learns through the check's store."""
+    if ctx.rank == 0:
+        ctx.store.set("api-lifecycle-folder", tempfile.mkdtemp(prefix="cf-lifecycle-"))
+    return Path(ctx.store.get("api-lifecycle-folder").decode())
 
 
 def _destroy_subgroup(ctx: CheckContext, group: Any, where: str) -> None:
@@ -252,6 +301,7 @@ def list_collectives(ctx: CheckContext) -> None:
         if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
                 out, scatter_list=sent, src=root), declined("scatter")):
             found.case(_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
+    _gather_single(ctx, found, block)
     outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
     ins = [torch.tensor(block(r, j), device=dev) for j in range(n)]
     if optional_case(ctx, "all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins),
@@ -270,6 +320,29 @@ def list_collectives(ctx: CheckContext) -> None:
             for k, t in enumerate(pair):
                 found.case(_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
     found.conclude()
+
+
+def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]]) -> None:
+    """torch >= 2.15's gather into one tensor (dist.gather_single, v2.15.0 distributed_c10d.py:5719; the backend's
+    own gather_single), to every root, into a contiguous output and into a strided view of a larger one: the
+    root's tensor holds each rank's block in group-rank order; or it is declined as unsupported (c10d's 'Backend gloo
+    does not support gather_single', torch's NO_OP for a Python group without it), not refused for another reason:
+    the op is new, so a backend either has it or says it has not."""
+    gather_single = getattr(dist, "gather_single", None)
+    if gather_single is None:
+        ctx.note(f"gather_single not tried: torch {torch.__version__} has none (added in 2.15)")
+        return
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    want = [x for j in range(n) for x in block(j, 2)]
+    for root in range(n):
+        for layout in ("contiguous", "strided"):
+            whole = torch.full((n * 3, 2), -1.0, device=dev)
+            got = (whole[:, 0] if layout == "strided" else whole[:, 0].contiguous()) if r == root else None
+            if optional_case(ctx, f"gather_single to root {root} ({layout} output)",
+                             lambda got=got, root=root: gather_single(torch.tensor(block(r, 2), device=dev), got,
+                                                                      dst=root),
+                             UNSUPPORTED) and got is not None:
+                found.case(_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")
 
 
 def _exact(ctx: CheckContext, got: torch.Tensor, want: list[float], what: str) -> None:

@@ -35,7 +35,7 @@ def _valid(d: dict[str, Any]) -> bool:
 
 PLAN = Plan("coalesced block", {
     "kind": ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"),
-    "op": ("SUM", "AVG", "PRODUCT", "MIN", "MAX"), "count": (1, 2, 9, 65),
+    "op": ("SUM", "AVG", "PRODUCT", "MIN", "MAX"), "count": (1, 2, 9, 65, 257),
     "dtype mix": tuple(MIXES), "size": gc.sizes(big=False), "values": gc.VALUE_KINDS},
     valid=_valid, samplers={"size": gc.sample_size},
     core={"op": ("SUM", "MAX"), "dtype mix": ("float32", "int64"), "count": (1, 2, 9)},

@@ -11,7 +11,8 @@ Three requirements (``collectives.toml``):
 - ``COLL-MISMATCH-REFUSED`` (capability ``mismatch_detection``): members that disagree (different
   collectives, roots, split sizes, shapes, split lists) are refused on every member, naming the calls.
 - ``COLL-ABSENT-PEER``: a collective a member never joins raises on the members that did, within the group's
-  timeout, as a timeout or naming the missing rank.
+  timeout, as a timeout or naming the missing rank; so does a recv whose peer never sends (named, and from any
+  source where the target has it), as a timeout or naming the recv and the peer.
 
 Each refusal case runs on a group of its own (a backend may leave a group unusable after a refusal or a
 timeout), with a short timeout where a peer may wait, after a valid call of the same op on the world gave exact
@@ -308,12 +309,94 @@ def absent_peer(ctx: CheckContext) -> None:
     ctx.expect_equal("all_reduce of ones over the world (positive control)", [float(ctx.world_size)] * 4, t.tolist())
     cases = absent_plan(ctx.world_size).cases(replace(ctx.generation, budget=0), ctx.world_size)
     groups = [_fresh_group(ctx, ABSENT_WAIT_S) for _ in cases]
+    anysource = "p2p_any_source" in ctx.target.capabilities
+    # with p2p_any_source, rank 0 also posts a recv from any source on a group of the check's world (bound where
+    # the target binds a device), which no rank sends to: it waits out the same time as the cases above
+    any_group = _fresh_group(ctx, ABSENT_WAIT_S) if anysource else None
     issued = [(case, time.monotonic(), _issue(ctx, case["op"], group, case["absent rank"]))
               for case, group in zip(cases, groups, strict=True) if case["absent rank"] != ctx.rank]
+    any_start = time.monotonic()
+    any_wait = _receive(ctx, any_group, None) if any_group is not None and ctx.rank == 0 else None
     found = Findings(ctx)
     for case, start, wait in issued:
         absent = case["absent rank"]
         found.case(_peer_raises, ctx, f"{case.describe()}: {case['op']} that rank {absent} never joins", wait,
                    ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
+    if any_wait is not None:
+        found.case(_recv_raises, ctx, f"recv from any source on a group of the check's world ({default_mode(ctx)} "
+                   "init), which no rank sends to", any_wait, _any_peer(ctx), any_start)
     dist.barrier()
+    _absent_sender(ctx, found)  # every rank goes on (a failed case is recorded), so the ranks stay in step
     found.conclude()
+
+
+def _partner(ctx: CheckContext) -> int | None:
+    """This rank's P2P partner: ranks pair up 0-1, 2-3, ... (the last rank of an odd world has none)."""
+    peer = ctx.rank ^ 1
+    return peer if peer < ctx.world_size else None
+
+
+def _receive(ctx: CheckContext, group: dist.ProcessGroup, src: int | None) -> Callable[[], None]:
+    """Post a receive from ``src`` (None: any source) on ``group``; the callable waits for it, or raises what
+    posting raised."""
+    t = torch.zeros(4, device=ctx.device)
+    try:
+        work = dist.irecv(t, src=src, group=group)
+    except Exception as exc:  # noqa: BLE001 - judged by the caller's expect_raises, as if raised by the wait
+        error = exc
+
+        def reraise() -> None:
+            raise error
+        return reraise
+    return lambda: _finish(ctx, "recv", work)
+
+
+def _absent_sender(ctx: CheckContext, found: Findings) -> None:
+    """The P2P analogue, in a lazy world (P2P on pair communicators where the target makes them, as NCCL's lazy
+    init does): after an exchange between partners gave exact data (the positive control), on groups of their
+    own with a short timeout, each even rank posts a recv from its partner (the next rank) and rank 0 (with
+    ``p2p_any_source``) a recv from any source; nobody sends, and the other ranks wait at a barrier of the
+    world. Each recv must raise within the group's timeout plus slack: as a timeout (gloo: 'Timed out waiting
+    1000ms for recv operation to complete', naming no peer; toyccl: its store's 'wait timeout after 1000ms,
+    keys: ...p2p/1->0...') or, as another error, naming the recv and the peer it waited for.
+    (Only one side of a pair waits: on gloo a recv's timeout closes its side of the pair, which a peer still
+    waiting in a recv of its own reports as 'Connection closed by peer'.)"""
+    anysource = "p2p_any_source" in ctx.target.capabilities
+    dist.destroy_process_group()
+    ctx.init_world("lazy")
+    peer = _partner(ctx)
+    if peer is not None:
+        mine = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+        got = torch.zeros(4, device=ctx.device)
+        for work in (dist.isend(mine, peer), dist.irecv(got, peer)):
+            _finish(ctx, "send/recv between partners", work)
+        ctx.expect_equal(f"recv from rank {peer} (positive control)", [float(peer + 1)] * 4, got.tolist())
+    named, anyg = _fresh_group(ctx, ABSENT_WAIT_S), _fresh_group(ctx, ABSENT_WAIT_S)
+    start = time.monotonic()
+    waits = []
+    if peer is not None and ctx.rank % 2 == 0:
+        waits.append((f"recv from rank {peer}, which never sends", _receive(ctx, named, peer),
+                      (f"rank {peer}", f"ranks {peer}", f"rank(s) {peer}")))
+    if anysource and ctx.rank == 0:
+        waits.append(("recv from any source on a lazy group, which no rank sends to", _receive(ctx, anyg, None),
+                      _any_peer(ctx)))
+    elif not anysource:
+        ctx.note("recv(src=None) whose peers never send not tried: the target lacks capability p2p_any_source")
+    for what, wait, peer_named in waits:
+        found.case(_recv_raises, ctx, what, wait, peer_named, start)
+    dist.barrier()
+
+
+def _any_peer(ctx: CheckContext) -> Needle:
+    """What an any-source recv's error (other than a timeout) names as its peer: 'any' or a peer's rank."""
+    others = [str(q) for q in range(ctx.world_size) if q != ctx.rank]
+    return ("any", *(f"rank {q}" for q in others), *(f"ranks {q}" for q in others))
+
+
+def _recv_raises(ctx: CheckContext, what: str, wait: Callable[[], None], peer_named: Needle, start: float) -> None:
+    """``wait`` must raise within the group's timeout plus slack: a timeout (as in the collective cases), or
+    another error naming the recv and the peer."""
+    expect_raises(ctx, what, wait, contains=("recv", peer_named), timeout_contains=(TIMEOUT_NEEDLE,))
+    took = time.monotonic() - start
+    limit = ABSENT_WAIT_S + (ctx.target.traits.p2p_wait_timeout_s or 0.0) + SLACK_S
+    ctx.expect(took <= limit, f"{what}: seconds until the error", f"<= {limit}", round(took, 1))

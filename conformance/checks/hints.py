@@ -178,6 +178,10 @@ def invalid_refused(ctx: CheckContext) -> None:
                       lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),
                       (ValueError, TypeError, RuntimeError), (value, refusal_words(ctx, key, key)))
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "world after refused options")
+    if "hints" in ctx.target.capabilities:  # the valid boundary of the inconsistent case: accepted
+        edge = {"minCTAs": "4", "maxCTAs": "4"}
+        group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=edge))
+        expect_allreduce_members(ctx, group, ranks, f"new_group with hints {edge} (minCTAs equal to maxCTAs)")
 
 
 @check("HINT-UNKNOWN-WARN")

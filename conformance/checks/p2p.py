@@ -107,6 +107,15 @@ def eager_reuse(ctx: CheckContext) -> None:
                         and (e.get("group") is None or e.get("group") != world.get("group"))})
     ctx.expect(not elsewhere, f"communicators carrying P2P under eager init (the world's is {world['comm']})",
                "the world communicator only", elsewhere)
+    _one_op_each(ctx, launches)
+
+
+def _one_op_each(ctx: CheckContext, launches: list[dict]) -> None:
+    """Each unbatched send or recv is a launch of one op (probes/README.md: ``ops``, the number of ops in the
+    launch; every probe here fills it: the simulator's, the dispatcher's and the flight recorder's)."""
+    require_fields(ctx, launches, "ops")
+    wrong = sorted({(e["op"], e["ops"]) for e in launches if e["ops"] != 1})
+    ctx.expect(not wrong, "ops of each unbatched send/recv launch", 1, wrong)
 
 
 def _expect_declared_pairs(ctx: CheckContext, what: str) -> None:
@@ -283,6 +292,7 @@ def _long_channel(ctx: CheckContext) -> None:
 
 def _generated(ctx: CheckContext) -> None:
     """The generated P2P cases (sizes from empty to MiBs, every dtype and value kind, layouts, tags, sources)."""
+    _many_ahead(ctx)
     found = Findings(ctx)
     world = list(range(ctx.world_size))
     run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c), world, "world")
@@ -329,6 +339,37 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
     else:
         ctx.note("recv(src=None) not checked: the target lacks capability p2p_any_source; "
                  "a backend with an any-source receive declares p2p_any_source")
+
+
+AHEAD = 40  # sends posted on one channel before their receives: more than a small ring of slots holds (32 here)
+
+
+def _many_ahead(ctx: CheckContext) -> None:
+    """On a fresh group (channels no message has used), even rank 2k sends to rank 2k+1 only, in two bursts of
+    ``AHEAD`` isends each posted while the receiver is not receiving yet (the first before it has taken
+    anything, the second after it took the first burst); it
+    then receives the burst: each message exact, in send order (one direction per pair, so that no backend
+    waits in a cycle)."""
+    peer = ctx.rank ^ 1
+    group = ctx.new_group(list(range(ctx.world_size)))
+    if peer >= ctx.world_size:
+        dist.barrier()
+        return
+    for burst in range(2):
+        if ctx.rank % 2 == 0:
+            works = [dist.isend(torch.arange(3, dtype=torch.int64, device=ctx.device) + 1000 * k + ctx.rank + burst,
+                                peer, group=group) for k in range(AHEAD)]
+            for work in works:
+                work.wait()
+        else:
+            time.sleep(0.2)  # the sender posts its sends meanwhile
+            for k in range(AHEAD):
+                got = torch.zeros(3, dtype=torch.int64, device=ctx.device)
+                dist.recv(got, peer, group=group)
+                ctx.expect_equal(f"message #{k + 1} of burst {burst + 1} ({AHEAD} messages) from rank {peer}, "
+                                 "sent before any of its receives", [1000 * k + peer + burst + i for i in range(3)],
+                                 got.tolist())
+    dist.barrier()
 
 
 # Past 4 MiB (NCCL's default channel buffer, NCCL_BUFFSIZE) a stack may move a message only once its receive

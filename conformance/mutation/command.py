@@ -34,6 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="<target>.jsonl (one line per judged mutant) and <target>.meta.json; reused when the "
                         "sources are unchanged, so a sample can grow run by run")
     p.add_argument("--report-dir", type=Path, default=Path("reports"), help="where mutation.json and .md go")
+    p.add_argument("--newest-torch", default="auto", metavar="PYTHON",
+                   help="judge this run's survivors again on this interpreter's torch (a mutant is caught when "
+                        "either torch's verdict is non-conformant); 'auto': the venv .venvs/torch-newest "
+                        "(ci/torch-newest.txt) when it exists; 'off': none")
+    p.add_argument("--newest-only", action="store_true",
+                   help="judge on the newest torch only: the recorded survivors (of --mutant, else all) that it "
+                        "has not judged yet")
 
 
 def _pick(population: list[Mutant], args: argparse.Namespace, done: dict[str, Any]) -> list[Mutant]:
@@ -50,26 +57,39 @@ def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
     """The target's run facts: ``defaults`` with the wall time and the runs recorded for the same sources."""
     old = json.loads(path.read_text()) if path.exists() else {}
     same = old.get("digest") == defaults["digest"]
-    return defaults | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
-                       "runs": old.get("runs", []) if same else []}
+    sampled = defaults.pop("sampled", True)
+    kept = {"newest_torch": old["newest_torch"]} if same and old.get("newest_torch") else {}
+    if same and not sampled and "seed" in old:
+        kept["seed"] = old["seed"]  # a run of named mutants only keeps the sample's seed
+    return defaults | kept | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
+                              "runs": old.get("runs", []) if same else []}
 
 
-def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any) -> Any:
-    """What to do with each judged mutant: append it to the results file, record it, say it."""
+def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any, torch_version: str,
+              again: bool = False, first: str = "") -> Any:
+    """What to do with each judged mutant: append it to the results file, record it, say it. ``again``: a
+    survivor judged again on another torch (``torch_version``): its row lists both torches (``first``, the one
+    that judged it before, where its row does not say), and what caught it names the torch that did."""
     from conformance.mutation.harness import CAUGHT, Judged
 
     count = [0]
 
     def record(j: Judged) -> None:
         count[0] += 1
+        before = (done.get(j.mutant.id, {}).get("judged_on") or [first]) if again else []
+        j.judged_on = [*before, torch_version]
+        if j.caught_by is not None:
+            j.caught_by = {**j.caught_by, "torch": torch_version}
         row = j.to_json() | {"digest": digest}
         with rows_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         done[j.mutant.id] = row
         by = j.caught_by or {}
-        say(f"[{count[0]:>3}/{total}] {j.status:<8} {j.seconds:>6.1f}s {j.mutant.id}"
+        say(f"[{count[0]:>3}/{total}]{' ' + torch_version if again else ''} {j.status:<8} {j.seconds:>6.1f}s "
+            f"{j.mutant.id}"
             + (f"  <- {by.get('requirement', '')} ws={by.get('world_size', '')}" if j.status in CAUGHT else ""))
 
+    record.count = count  # type: ignore[attr-defined]  # how many it recorded (a run stopped early: fewer)
     return record
 
 
@@ -79,13 +99,16 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
 
     from conformance.mutation import report
     from conformance.mutation.harness import (
+        SURVIVED,
         Mutant,
         enumerate_mutants,
         load_results,
+        newest_python,
         rule_equivalent,
         run_mutants,
         source_digest,
     )
+    from conformance.mutation.harness import torch_version as version_of
     from conformance.mutation.targets import TARGETS
     from conformance.report.write import atomic_write_text
 
@@ -98,6 +121,11 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
     judge_args = ["--timeout", str(args.timeout), "--world-sizes", ",".join(map(str, args.world_sizes)),
                   *(["--requirement", args.requirement] if args.requirement else [])]
     args.results_dir.mkdir(parents=True, exist_ok=True)
+    newest = (None if args.newest_torch == "off" else newest_python(ROOT) if args.newest_torch == "auto"
+              else Path(args.newest_torch))
+    newest_version = version_of(newest) if newest is not None else ""
+    if newest_version == torch.__version__:
+        newest = None  # the same torch: nothing more to see
     for target in (TARGETS[n] for n in names):
         digest = source_digest(ROOT, target)
         population = enumerate_mutants(ROOT, target)
@@ -108,19 +136,37 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         rows_path = args.results_dir / f"{target.name}.jsonl"
         meta_path = args.results_dir / f"{target.name}.meta.json"
         done = load_results(rows_path, digest)
-        todo = [m for m in _pick(population, args, done) if m.target == target.name]
+        if args.newest_only:
+            if newest is None:
+                raise ValueError("--newest-only: no newer torch to judge on (--newest-torch, .venvs/torch-newest)")
+            by_id = {m.id: m for m in population}
+            todo = [by_id[i] for i, r in done.items() if i in by_id and r["status"] == SURVIVED
+                    and newest_version not in r.get("judged_on", []) and (not args.mutant or i in args.mutant)]
+        else:
+            todo = [m for m in _pick(population, args, done) if m.target == target.name]
         meta = _meta(meta_path, {"population": len(population), "seed": args.seed, "digest": digest,
+                                 "sampled": args.sample is not None and not args.newest_only,
                                  "torch": torch.__version__, "command": target.command, "jobs": args.jobs,
                                  "judge_args": judge_args, "mutant_timeout_s": args.mutant_timeout})
         say(f"{target.name}: {len(population)} mutants; judging {len(todo)} ({len(done)} recorded) "
             f"on {args.jobs} slots")
         started = time.perf_counter()
+        record = None
         try:
-            if todo:
-                record = _recorder(rows_path, digest, done, len(todo), say)
+            if todo and not args.newest_only:
+                record = _recorder(rows_path, digest, done, len(todo), say, torch.__version__)
                 with interrupts.raising():
                     meta["baseline_seconds"] = round(run_mutants(ROOT, todo, args.jobs, judge_args,
                                                                  args.mutant_timeout, record), 1)
+            if todo:
+                again = [m for m in todo if done[m.id]["status"] == SURVIVED] if newest is not None else []
+                if again:  # a mutant some torch's code path reaches only there (torch 2.15's gather_single)
+                    say(f"{target.name}: judging the {len(again)} survivors again on torch {newest_version}")
+                    meta["newest_torch"] = newest_version
+                    record_again = _recorder(rows_path, digest, done, len(again), say, newest_version, again=True,
+                                             first=torch.__version__)
+                    with interrupts.raising():
+                        run_mutants(ROOT, again, args.jobs, judge_args, args.mutant_timeout, record_again, newest)
         except KeyboardInterrupt:
             say(f"interrupted: {len(done)} mutants of {target.name} recorded in {rows_path}; run again to go on")
             return 3
@@ -129,7 +175,8 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
             meta["wall_seconds"] = round(meta["wall_seconds"] + took, 1)
             if todo:  # each invocation: how many it judged in how long (mutants per minute); one that judged
                 # nothing (a report rebuilt) leaves the facts of the runs that did (seed, judge arguments)
-                meta["runs"].append({"judged": len(todo), "wall_seconds": took, "jobs": args.jobs,
+                judged = record.count[0] if record is not None else len(todo)  # stage 1's, as recorded
+                meta["runs"].append({"judged": judged, "wall_seconds": took, "jobs": args.jobs,
                                      "requirement": args.requirement, "mutants_given": len(args.mutant),
                                      "judge_args": judge_args})
                 atomic_write_text(meta_path, json.dumps(meta, indent=2))

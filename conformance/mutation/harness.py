@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ COPIED = ("conformance", "simulator", "examples/toyccl/toyccl", "examples/toyccl
 KILLED, SURVIVED, TIMEOUT, CRASHED, INCOMPETENT = "killed", "survived", "timeout", "crashed", "incompetent"
 CAUGHT = (KILLED, TIMEOUT, CRASHED)  # non-conformant, or the command timed out or crashed
 BASELINE_TIMEOUT_S = 600.0
+NEWEST_VENV = ".venvs/torch-newest"  # the newest torch's venv (ci/torch-newest.txt): survivors are judged there too
 TERM_GRACE_S = 5.0  # a timed-out judge gets SIGTERM first (its pools clean up the ranks), SIGKILL after
 
 
@@ -71,6 +72,7 @@ class Judged:
     caught_by: dict[str, Any] | None = None
     diff: str = ""
     tail: str = ""  # the judge's last output lines, for a crash
+    judged_on: list[str] = field(default_factory=list)  # the torch versions that judged it, in order
 
     def to_json(self) -> dict[str, Any]:
         """One line of a results file."""
@@ -216,9 +218,23 @@ _LIVE_LOCK = threading.Lock()
 _STOPPED = threading.Event()  # set by stop_all: a judge it killed has no outcome to record
 
 
-def run_judge(slot: Path, target: str, judge_args: list[str], timeout_s: float) -> tuple[int | None, str, str]:
-    """Run the judge in ``slot``: (exit code, or None on timeout; stdout; stderr's tail)."""
-    cmd = [sys.executable, "-m", "conformance.mutation.judge", target, *judge_args]
+def newest_python(root: Path) -> Path | None:
+    """The interpreter of the newest torch's venv (``NEWEST_VENV`` under ``root``), if there is one."""
+    python = root / NEWEST_VENV / "bin" / "python"
+    return python if python.exists() else None
+
+
+def torch_version(python: str | Path) -> str:
+    """``torch.__version__`` as ``python`` imports it."""
+    return subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"], check=True,
+                          capture_output=True, text=True, timeout=BASELINE_TIMEOUT_S).stdout.strip()
+
+
+def run_judge(slot: Path, target: str, judge_args: list[str], timeout_s: float,
+              python: str | Path = sys.executable) -> tuple[int | None, str, str]:
+    """Run the judge in ``slot`` on ``python`` (another venv's interpreter: another torch): (exit code, or None
+    on timeout; stdout; stderr's tail)."""
+    cmd = [str(python), "-m", "conformance.mutation.judge", target, *judge_args]
     proc = subprocess.Popen(cmd, cwd=slot, env=_env(slot), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     with _LIVE_LOCK:
@@ -252,8 +268,9 @@ def _verdict(out: str) -> dict[str, Any]:
     return {}
 
 
-def judge_mutant(slot: Path, mutant: Mutant, judge_args: list[str], timeout_s: float) -> Judged:
-    """Apply ``mutant`` to the slot's copy, judge it, put the original back."""
+def judge_mutant(slot: Path, mutant: Mutant, judge_args: list[str], timeout_s: float,
+                 python: str | Path = sys.executable) -> Judged:
+    """Apply ``mutant`` to the slot's copy, judge it on ``python``, put the original back."""
     operator = cosmic_ray.plugins.get_operator(mutant.operator)()
     started = time.perf_counter()
     with use_mutation(slot / mutant.path, operator, mutant.occurrence) as (before, after):
@@ -265,7 +282,7 @@ def judge_mutant(slot: Path, mutant: Mutant, judge_args: list[str], timeout_s: f
             compile(after, mutant.path, "exec")
         except SyntaxError as exc:
             return Judged(mutant, INCOMPETENT, 0.0, "does not compile", diff=diff, tail=str(exc))
-        rc, out, err = run_judge(slot, mutant.target, judge_args, timeout_s)
+        rc, out, err = run_judge(slot, mutant.target, judge_args, timeout_s, python)
     seconds = round(time.perf_counter() - started, 2)
     found = _verdict(out)
     if rc == NOT_THE_TREE:
@@ -291,11 +308,12 @@ def slots(root: Path, n: int) -> Iterator[queue.Queue[Path]]:
         yield free
 
 
-def check_baseline(slot: Path, target: str, judge_args: list[str], timeout_s: float) -> float:
+def check_baseline(slot: Path, target: str, judge_args: list[str], timeout_s: float,
+                   python: str | Path = sys.executable) -> float:
     """Judge the unmutated copy: it must be conformant within half the per-mutant timeout, else no mutant's
     outcome means anything (a clean run that times out would count every mutant as caught)."""
     started = time.perf_counter()
-    rc, out, err = run_judge(slot, target, judge_args, BASELINE_TIMEOUT_S)
+    rc, out, err = run_judge(slot, target, judge_args, BASELINE_TIMEOUT_S, python)
     seconds = time.perf_counter() - started
     if rc != 0:
         raise RuntimeError(f"the unmutated {target} is not judged conformant (exit {rc}): {out.strip()} {err[-600:]}")
@@ -306,12 +324,13 @@ def check_baseline(slot: Path, target: str, judge_args: list[str], timeout_s: fl
 
 
 def run_mutants(root: Path, mutants: list[Mutant], jobs: int, judge_args: list[str], timeout_s: float,
-                each: Callable[[Judged], None]) -> float:
-    """Judge ``mutants`` on ``jobs`` slots; ``each`` gets every outcome as it comes. Returns the baseline's
-    seconds (the unmutated tree, judged first on every target involved)."""
+                each: Callable[[Judged], None], python: str | Path = sys.executable) -> float:
+    """Judge ``mutants`` on ``jobs`` slots with ``python``'s torch; ``each`` gets every outcome as it comes.
+    Returns the baseline's seconds (the unmutated tree, judged first on every target involved)."""
     with slots(root, max(1, jobs)) as free:
         slot = free.get()
-        baseline = max(check_baseline(slot, t, judge_args, timeout_s) for t in sorted({m.target for m in mutants}))
+        baseline = max(check_baseline(slot, t, judge_args, timeout_s, python)
+                       for t in sorted({m.target for m in mutants}))
         free.put(slot)
 
         _STOPPED.clear()
@@ -319,7 +338,7 @@ def run_mutants(root: Path, mutants: list[Mutant], jobs: int, judge_args: list[s
         def one(mutant: Mutant) -> None:
             slot = free.get()
             try:
-                judged = judge_mutant(slot, mutant, judge_args, timeout_s)
+                judged = judge_mutant(slot, mutant, judge_args, timeout_s, python)
                 if not _STOPPED.is_set():  # an interrupt killed it: not a crash of the mutant
                     each(judged)
             finally:

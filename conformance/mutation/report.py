@@ -33,8 +33,10 @@ def load_triage(path: Path = TRIAGE) -> dict[str, dict[str, str]]:
 
 
 def mutated_line(diff: str) -> str:
-    """The first source line a mutant's diff removes, stripped (what a triage entry's ``line`` names)."""
-    return next((ln[1:].strip() for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")), "")
+    """The first non-blank source line a mutant's diff removes, stripped (what a triage entry's ``line`` names):
+    a mutant that removes a decorator removes the blank line above it first."""
+    return next((ln[1:].strip() for ln in diff.splitlines()
+                 if ln.startswith("-") and not ln.startswith("---") and ln[1:].strip()), "")
 
 
 def triage_of(row: dict[str, Any], triage: dict[str, dict[str, str]]) -> dict[str, str] | None:
@@ -73,7 +75,8 @@ def build(per_target: dict[str, dict[str, Any]], triage: dict[str, dict[str, str
         survivors = [{**r, "triage": triage_of(r, triage)} for r in rows if r["status"] == SURVIVED]
         out["targets"][name] = {k: v for k, v in run.items() if k != "rows"} | {
             "summary": summarize(rows, triage), "survivors": survivors,
-            "caught": {r["mutant"]["id"]: {"status": r["status"], "caught_by": r.get("caught_by")}
+            "caught": {r["mutant"]["id"]: {"status": r["status"], "caught_by": r.get("caught_by"),
+                                           "judged_on": r.get("judged_on", [])}
                        for r in rows if r["status"] in CAUGHT}}
     out["combined"] = summarize(all_rows, triage)
     return out
@@ -82,6 +85,17 @@ def build(per_target: dict[str, dict[str, Any]], triage: dict[str, dict[str, str
 def _line(row: dict[str, Any]) -> str:
     diff = [ln for ln in row["diff"].splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
     return " / ".join(f"`{d.strip()}`" for d in diff)[:240].replace("|", "\\|")
+
+
+def _judged_by(t: dict[str, Any]) -> str:
+    """The command and the torch that judged every mutant; where survivors were judged again on a newer torch
+    (``mutate --newest-torch``), that torch and how many mutants only it caught."""
+    text = f"`{t['command']}` on torch {t['torch']}"
+    newest = t.get("newest_torch")
+    if newest:
+        only = sum(len(c.get("judged_on") or []) > 1 for c in t["caught"].values())
+        text += f"; survivors again on torch {newest} ({only} caught only there)"
+    return text
 
 
 def render(report: dict[str, Any]) -> str:
@@ -99,7 +113,7 @@ def render(report: dict[str, Any]) -> str:
         s = t["summary"]
         first = (t.get("runs") or [{"judged": s["judged"], "wall_seconds": t["wall_seconds"]}])[0]
         rate = first["judged"] / max(1e-9, first["wall_seconds"] / 60)
-        lines.append(f"| {name} | `{t['command']}` | {t['population']} | {s['judged']}, {t['seed']} | {s['killed']} "
+        lines.append(f"| {name} | {_judged_by(t)} | {t['population']} | {s['judged']}, {t['seed']} | {s['killed']} "
                      f"| {s['timeout']} | {s['crashed']} | {s['survived']} | {s['equivalent']} | {s['gaps']} "
                      f"| {s['score']:.1%} | {s['raw_score']:.1%} | {s['incompetent']} | {t['wall_seconds'] / 60:.1f} "
                      f"| {rate:.1f} |")
