@@ -279,7 +279,8 @@ def _ran(fn: Callable[..., Any], result: torch.Tensor, *args: Any, **kwargs: Any
 @check("API-LIST-COLLECTIVES")
 def list_collectives(ctx: CheckContext) -> None:
     """The list forms no other check calls: gather and scatter from every root, all_to_all with uneven
-    shapes, all_gather and all_gather_coalesced, each exact in group-rank order or refused naming the op."""
+    shapes and with equal ones, all_gather and all_gather_coalesced, each exact in group-rank order or refused
+    naming the op (equal-shaped all_to_all: declined as unsupported only)."""
     ctx.init_world(default_mode(ctx))
     n, r, dev = ctx.world_size, ctx.rank, ctx.device
     found = Findings(ctx)  # every rank issues every collective, whatever it found
@@ -308,6 +309,13 @@ def list_collectives(ctx: CheckContext) -> None:
                      declined("alltoall", "all_to_all")):
         for j, t in enumerate(outs):
             found.case(_exact, ctx, t, block(j, r), f"all_to_all: block from rank {j}")
+    # equal shapes, which gloo supports (it refuses the uneven ones above for their sizes): a backend may decline
+    # the list form only as unsupported, not refuse these shapes as disagreeing
+    outs = [torch.zeros(2, device=dev) for _ in range(n)]
+    ins = [torch.tensor(block(r, j)[:1] * 2, device=dev) for j in range(n)]
+    if optional_case(ctx, "all_to_all (lists, equal shapes)", lambda: dist.all_to_all(outs, ins), UNSUPPORTED):
+        for j, t in enumerate(outs):
+            found.case(_exact, ctx, t, block(j, r)[:1] * 2, f"all_to_all, equal shapes: block from rank {j}")
     gathered = [torch.zeros(2, device=dev) for _ in range(n)]
     dist.all_gather(gathered, torch.tensor(block(r, 1), device=dev))
     for j, t in enumerate(gathered):
