@@ -93,24 +93,10 @@ def expect_block(ctx: CheckContext, block: Block, found: Findings, when: str = "
         found.case(ctx.expect, bad is None, f"{block.what(i)}{when}", "the exact result from every rank's input", bad)
 
 
-LONG_BLOCK = 8000  # ops: the simulator describes a block this long in about 96 KiB, past its 64 KiB metadata region
-
-
-def _long_blocks(ctx: CheckContext, found: Findings) -> None:
-    """Two blocks of LONG_BLOCK all_reduce back to back (consecutive op numbers: a transport that alternates
-    between two buffers uses both), each op exact: a block's description can outgrow what a transport keeps for
-    it (the simulator's 64 KiB metadata regions)."""
-    blocks = [make_block(ctx, "all_reduce", "SUM", LONG_BLOCK, (torch.float32,), salt=500 + k) for k in (0, 1)]
-    for block in blocks:
-        run_block(block)
-    for block in blocks:
-        expect_block(ctx, block, found)
-
-
 @check("COAL-SYNC-RESULTS")
 def sync_results(ctx: CheckContext) -> None:
     """A sync block gives every op's exact result: each kind and reduce op, blocks of 1, 2, 9 and 64 ops,
-    mixed sizes, a block mixing dtypes (exact or refused naming the dtype), and two blocks of 8000 ops."""
+    mixed sizes, and a block mixing dtypes (exact or refused naming the dtype)."""
     ctx.init_world(default_mode(ctx))
     found = Findings(ctx)
     for salt, (kind, op) in enumerate(BLOCKS):
@@ -126,7 +112,6 @@ def sync_results(ctx: CheckContext) -> None:
     if optional_case(ctx, "a block of 9 all_reduce SUM mixing float32, int64 and float64", lambda: run_block(mixed),
                      ("dtype", "type")):
         expect_block(ctx, mixed, found)
-    _long_blocks(ctx, found)
     found.checkpoint()
     world = list(range(ctx.world_size))
     run_plan(ctx, found, coalescing_cases.PLAN, lambda c: coalescing_cases.block_case(ctx, c), world, "world")
