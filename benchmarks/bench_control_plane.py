@@ -68,6 +68,11 @@ def count_store_calls() -> None:
         setattr(dist.Store, name, counted)
 
 
+def store_calls() -> int:
+    """Store calls this process made since count_store_calls() (less those take_count took)."""
+    return _calls[0]
+
+
 def take_count(rank: int, world_size: int, store: Any) -> int:
     """Pool task: this rank's store calls since the last take (the take itself makes none)."""
     count, _calls[0] = _calls[0], 0

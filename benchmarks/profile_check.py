@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from bench_control_plane import count_store_calls, store_calls  # noqa: E402
 from bench_runner_overhead import TRIVIAL_CHECK, threaded_pg_check  # noqa: E402
 
 import simulator  # noqa: E402
@@ -40,19 +41,16 @@ from conformance.spec import load_catalog  # noqa: E402
 from conformance.targets import sim  # noqa: E402
 
 _records: list[tuple[str, float, float, int, float]] = []  # (phase, start, end, store calls, thread CPU s)
-_calls = [0]
-STORE_METHODS = ("set", "get", "add", "wait", "check", "multi_get", "multi_set", "compare_set", "delete_key",
-                 "append", "num_keys")
 
 
 def _timed(name: str, fn: Any) -> Any:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        calls, start, cpu = _calls[0], time.monotonic(), time.thread_time()
+        calls, start, cpu = store_calls(), time.monotonic(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
-            _records.append((name, start, time.monotonic(), _calls[0] - calls, time.thread_time() - cpu))
+            _records.append((name, start, time.monotonic(), store_calls() - calls, time.thread_time() - cpu))
     return wrapper
 
 
@@ -60,20 +58,9 @@ def _wrap(owner: Any, attr: str, name: str) -> None:
     setattr(owner, attr, _timed(name, getattr(owner, attr)))
 
 
-def _count_store_calls() -> None:
-    for method in STORE_METHODS:
-        original = getattr(dist.Store, method)
-
-        def counted(self: dist.Store, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            _calls[0] += 1
-            return _original(self, *args, **kwargs)
-
-        setattr(dist.Store, method, counted)
-
-
 def install() -> None:
     """Wrap the phases (in this process: the pools fork after it)."""
-    _count_store_calls()
+    count_store_calls()
     _wrap(worker, "_run_one", "rank: task (worker._run_one)")
     _wrap(execute, "run_check", "rank:  run_check")
     _wrap(execute.ProcessState, "capture", "rank:   state capture")
