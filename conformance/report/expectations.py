@@ -168,10 +168,10 @@ def apply_expectations(
 
     A fail/error matching an entry with that same outcome becomes ``waived`` with a ``waiver``
     dict keeping the observed outcome. A pass under an entry stays ``pass`` and is reported
-    stale, unless the same entry still fails at another world size of the run. An outcome other than the
-    expected one is left as is, with a note. A result named only
-    by entries out of this torch's range gets a note saying so. With ``strict``, stale waivers
-    raise StaleWaiverError (which carries the results and the stale list).
+    stale, unless the same entry still fails at another world size of the run. An outcome other
+    than the expected one is left as is, with a note. A result named only by entries out of this
+    torch's range gets a note saying so. With ``strict``, stale waivers raise StaleWaiverError
+    (which carries the results and the stale list).
     """
     version = torch_version or torch.__version__
     elsewhere = [e for e in expectations if not e.in_range(version)]
