@@ -23,6 +23,7 @@ import multiprocess
 import torch.distributed as dist
 from multiprocess.connection import wait
 
+from conformance import interrupts
 from conformance.runner import worker
 from conformance.runner.messages import RankStatus, RunTask, StorePort, TaskDone
 
@@ -200,10 +201,14 @@ class RankPool:
             # another thread (a store's) may take the signal, and Python raises it here. So a worker is listed
             # before it starts, and _kill() ends it whatever line that lands on; an unlisted started one would
             # be joined forever by multiprocess at exit (a double Ctrl-C during certify hung it for 90 s).
-            with signals_blocked():
+            # The fork loop also defers the command line's KeyboardInterrupt to its end: raised inside
+            # proc.start() after the fork, it would leave a child whose pid the Process never learnt, which
+            # _kill() could not end and which could write into the stack directory while close() removes it.
+            with signals_blocked(), interrupts.deferred():
                 for rank in range(self.world_size):
                     parent_conn, child_conn = self._ctx.Pipe()
                     stack_path = os.path.join(self._stack_dir, f"rank{rank}.stack")
+                    open(stack_path, "w").close()  # created here: a rank only opens it, never creates a file
                     proc = self._ctx.Process(
                         target=worker.main,
                         args=(rank, child_conn),
@@ -299,11 +304,13 @@ class RankPool:
     def close(self) -> None:
         """Terminate the workers, join them, run the cleanups and remove this pool's stack files."""
         self._closed = True
-        self._kill()
-        # by its name, which is this process's and this pool's alone: also one that mkdtemp made but a Ctrl-C
-        # kept from being assigned to _stack_dir
-        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{self.scratch}stacks-*")):
-            shutil.rmtree(path, ignore_errors=True)
+        try:
+            self._kill()
+        finally:
+            # by its name, which is this process's and this pool's alone: also one that mkdtemp made but a
+            # Ctrl-C kept from being assigned to _stack_dir
+            for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{self.scratch}stacks-*")):
+                shutil.rmtree(path, ignore_errors=True)
         _live.discard(self)
 
     # -- running ---------------------------------------------------------------------------------

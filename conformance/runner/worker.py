@@ -198,7 +198,8 @@ def main(
     # N ranks share few cores: torch's default intra-op threads would spin against each other.
     torch.set_num_threads(int(os.environ.get("CONFORMANCE_RANK_THREADS", "1")))
     try:
-        stack_file = open(stack_path, "w")  # noqa: SIM115 - faulthandler writes to it for the process lifetime
+        # the pool created it; opened without O_CREAT, so a rank never adds a file to a directory being removed
+        stack_file = os.fdopen(os.open(stack_path, os.O_WRONLY | os.O_APPEND), "w")
     except FileNotFoundError:  # the pool is shutting down (a signal arrived while it forked): nothing to run
         os._exit(0)
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)

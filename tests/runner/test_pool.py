@@ -249,6 +249,40 @@ def test_a_ctrl_c_right_after_a_worker_started_leaves_no_worker(monkeypatch: pyt
     assert not [p for p in multiprocess.active_children() if p.pid in started]
 
 
+def test_a_signal_between_fork_and_pid_is_deferred_so_no_child_or_stack_file_is_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the command line's handler, a SIGTERM landing in proc.start() right after the fork (before the
+    Process learnt its child's pid) would leave a child nobody ends, which then created its stack file in the
+    directory close() was removing (a CI run found that directory left behind). The pool defers the signal to
+    the end of its fork loop, and a rank never creates a file of its own."""
+    from conformance import interrupts
+
+    real_fork = os.fork
+    children: list[int] = []
+
+    def fork_then_signalled() -> int:
+        pid = real_fork()
+        if pid:
+            children.append(pid)
+            if len(children) == 2:  # as Python runs the handler when another thread took the signal
+                signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        return pid
+
+    stack_dirs = os.path.join(tempfile.gettempdir(), f"cfm{os.getpid()}p*_stacks-*")
+    before = set(glob.glob(stack_dirs))  # other tests' pools live on in this process
+    monkeypatch.setattr(os, "fork", fork_then_signalled)
+    interrupts.install()
+    try:
+        with pytest.raises(KeyboardInterrupt), interrupts.raising():
+            RankPool(3)
+    finally:
+        monkeypatch.undo()
+        interrupts.uninstall()
+    assert len(children) == 3, "the signal was not deferred to the end of the fork loop"
+    assert not _wait_gone(children, 10.0), "a forked rank was left running"
+    assert not set(glob.glob(stack_dirs)) - before, "the stack directory was left behind"
+
+
 def test_the_end_of_task_barrier_meets_in_shared_memory_and_is_bounded(pools):
     """Ranks meet at the pool's barrier (no store): each waits for the last one, then a second run meets afresh;
     a rank that never arrives leaves the others waiting only their bound; another world's rank gets none."""
