@@ -1,5 +1,6 @@
-"""Parse an NCCL debug log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS including INIT and ENV) into ``comm_created``
-events: each communicator that completed init, with the config fields and network it logged.
+"""Parse an NCCL debug log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS including INIT, ENV and, from NCCL 2.30, DESTROY)
+into ``comm_created`` events, each communicator that completed init with the config fields and network it
+logged, and ``comm_destroyed`` events, each communicator whose destroy or abort completed.
 
 The formats read (NCCL 2.7 to 2.31) and how config lines are tied to their communicator: conformance/targets/
 README.md ("Reading NCCL's debug log"). It cannot see fields the caller left unset, a communicator's global
@@ -25,6 +26,11 @@ _INIT = re.compile(
     r"(?: color (?P<color>-?\d+) key (?P<key>-?\d+))?(?: commId (?P<hash>0x[0-9a-fA-F]+))?"
     r"\s*- Init (?P<phase>START|COMPLETE)\s*$"
 )
+# "- Destroy COMPLETE" / "- Abort COMPLETE" once commFree is done: logged under INIT up to 2.29.7, under
+# DESTROY from 2.30.3 (NCCL src/init.cc: v2.18.3 :1948/:1980, v2.28.9 :333, v2.29.7 :357, v2.30.3 :376).
+_GONE = re.compile(
+    rf"^comm (?P<comm>{_PTR}) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cuda>-?\d+)"
+    r" busId [0-9a-fA-F]+ - (?P<how>Destroy|Abort) COMPLETE\s*$", re.IGNORECASE)
 _CONFIG_SET = re.compile(r"^Comm config (?P<field>[A-Za-z][\w ]*?) set to (?P<value>\S*)\s*$")
 _CONFIG_RESET = re.compile(r"^Comm config (?P<field>\w+) reset to (?P<env>NCCL_\w+)=(?P<value>\S*)\s*$")
 _NETWORK = re.compile(r"^Using network (?P<name>\S+)\s*$")
@@ -127,6 +133,10 @@ class _State:
             proc.using_network(tid, m["name"])
         elif m := _INIT.search(msg):
             self._init(proc, m, host, pid, tid)
+        elif (m := _GONE.match(msg)) and (comm := _ptr(m["comm"])):
+            self.events.append({"kind": "comm_destroyed", "comm": comm, "how": m["how"].lower(),
+                                "rank": int(m["rank"]), "nranks": int(m["nranks"]), "device": f"cuda:{m['cuda']}",
+                                "host": host, "pid": pid, "tid": tid})
 
     def _init(self, proc: _Process, m: re.Match[str], host: str, pid: int, tid: int) -> None:
         comm = _ptr(m["comm"])
@@ -181,8 +191,8 @@ def expand_debug_file(pattern: str, hostname: str, pid: int) -> str:
 
 
 def parse_nccl_log(lines: Iterable[str]) -> list[Event]:
-    """``comm_created`` events from NCCL debug log lines, in order (conformance/targets/README.md, "Reading
-    NCCL's debug log")."""
+    """``comm_created`` and ``comm_destroyed`` events from NCCL debug log lines, in order
+    (conformance/targets/README.md, "Reading NCCL's debug log")."""
     state = _State()
     for line in lines:
         heads = list(_HEAD.finditer(line.rstrip("\n")))

@@ -92,8 +92,10 @@ class NcclProbe:
     """
 
     def __init__(self, log_path: Path, dump: Callable[[], dict[str, Any]] | None = None,
-                 groups: Callable[[], dict[str, tuple[str, list[int]]]] | None = None) -> None:
-        self.observes = frozenset({"comm_created", "launch"} if dump is not None else {"comm_created"})
+                 groups: Callable[[], dict[str, tuple[str, list[int]]]] | None = None,
+                 destroys: bool = False) -> None:
+        self.observes = frozenset({"comm_created", *(["launch"] if dump is not None else []),
+                                   *(["comm_destroyed"] if destroys else [])})
         self._log_path = log_path
         self._log_offset = log_path.stat().st_size if log_path.exists() else 0
         self._dump = dump
@@ -167,16 +169,19 @@ class NcclProbe:
         self._unresolved = waiting
 
     def _refresh(self, during_init: bool = False) -> None:
-        comms = parse_nccl_log_file(self._log_path, self._log_offset)
-        owners = self._groups() if len(comms) > self._comms_seen else {}
-        for event in comms[self._comms_seen:]:
+        logged = parse_nccl_log_file(self._log_path, self._log_offset)
+        owners = self._groups() if any(e["kind"] == "comm_created" for e in logged[self._comms_seen:]) else {}
+        for event in logged[self._comms_seen:]:
+            if event["kind"] == "comm_destroyed":
+                self._events.append(event)
+                continue
             if event["comm"] in owners:
                 event["group"], event["members"] = owners[event["comm"]]
             event["mode"] = self._mode(event, during_init)
             if event["mode"] == "p2p":
                 self._publish(event)
             self._events.append(event)
-        self._comms_seen = len(comms)
+        self._comms_seen = len(logged)
         if self._unresolved:
             self._resolve()
         if self._dump is not None:
@@ -337,10 +342,13 @@ class NcclTarget(Target):
     @property
     def observes(self) -> frozenset[str]:
         """Communicators and warnings always; launches where the flight recorder shows this target's ops
-        (ProcessGroupNCCL's; not ProcessGroupNCCL2's, see NCCL2_PROBE_NOTE)."""
-        launches = {"launch"} if (self.c10d_records_launches and flight_recorder_usable()
-                                  and not nccl_is_torchcomms_engine()) else set()
-        return frozenset({"comm_created", "warning", *launches})
+        (ProcessGroupNCCL's; not ProcessGroupNCCL2's, see NCCL2_PROBE_NOTE); destroyed communicators on
+        ProcessGroupNCCL, whose destroy_process_group(subgroup) was seen to make NCCL log its communicator's
+        'Destroy COMPLETE' before returning (torch 2.11.0, NCCL 2.28.9, eager and lazy: tests/gpu/samples/
+        captured/*subgroup_destroy*); ProcessGroupNCCL2's teardown was not seen."""
+        legacy = not nccl_is_torchcomms_engine()
+        launches = {"launch"} if (self.c10d_records_launches and flight_recorder_usable() and legacy) else set()
+        return frozenset({"comm_created", "warning", *launches, *({"comm_destroyed"} if legacy else set())})
 
     def device(self, rank: int) -> torch.device:
         """cuda:<local rank>."""
@@ -384,8 +392,8 @@ class NcclDriver(Driver):
         if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
             os.environ["NCCL_DEBUG"] = "INFO"
         subsys = {s for s in os.environ.get("NCCL_DEBUG_SUBSYS", "").upper().split(",") if s}
-        if "ALL" not in subsys:
-            os.environ["NCCL_DEBUG_SUBSYS"] = ",".join(sorted(subsys | {"INIT", "ENV"}))
+        if "ALL" not in subsys:  # DESTROY: NCCL 2.30+ logs "Destroy COMPLETE" there (older ones ignore the name)
+            os.environ["NCCL_DEBUG_SUBSYS"] = ",".join(sorted(subsys | {"INIT", "ENV", "DESTROY"}))
         if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ:  # the name torch 2.13 deprecates
             os.environ.setdefault("TORCH_FR_BUFFER_SIZE", FR_BUFFER_SIZE)
         self._set_up = True
@@ -397,7 +405,9 @@ class NcclDriver(Driver):
             raise RuntimeError(f"target {self.name}: probe() called before setup()")
         log_path = Path(expand_debug_file(os.environ["NCCL_DEBUG_FILE"], socket.gethostname(), os.getpid()))
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._nccl = NcclProbe(log_path, _dump if "launch" in self.target.observes else None)
+        observes = self.target.observes
+        self._nccl = NcclProbe(log_path, _dump if "launch" in observes else None,
+                               destroys="comm_destroyed" in observes)
         return self._nccl
 
     def init_world(

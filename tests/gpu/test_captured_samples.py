@@ -11,7 +11,8 @@ HINTS = {"cga_cluster_size": 2, "min_ctas": 2, "max_ctas": 16, "net_name": "Sock
 
 
 def test_the_world_its_split_child_and_a_new_group_are_read_from_nccl_2_28_9():
-    world, child, other = parse_nccl_log_file(CAPTURED / "nccl_2.28.9_torch2.11_h200_ws1_rank0.log")
+    events = parse_nccl_log_file(CAPTURED / "nccl_2.28.9_torch2.11_h200_ws1_rank0.log")
+    world, child, other = [e for e in events if e["kind"] == "comm_created"]
     assert world["function"] == "ncclCommInitRankConfig" and world["parent"] is None
     assert world["comm_hash"] == "0x7199e745134e0637"
     assert world["config"] == {"blocking": 1, **HINTS} and world["network"] == "Socket"
@@ -24,6 +25,9 @@ def test_the_world_its_split_child_and_a_new_group_are_read_from_nccl_2_28_9():
     assert (other["function"], other["parent"], other["config"]) == ("ncclCommSplit", world["comm"], {"blocking": 1})
     assert other["color"] not in (None, 0) and len({world["comm"], child["comm"], other["comm"]}) == 3
     assert {e["device"] for e in (world, child, other)} == {"cuda:0"}
+    # destroy_process_group() at the end: 2.28.9 logs '- Destroy COMPLETE' (under INIT), the children first
+    gone = [(e["comm"], e["how"]) for e in events if e["kind"] == "comm_destroyed"]
+    assert gone == [(child["comm"], "destroy"), (other["comm"], "destroy"), (world["comm"], "destroy")]
 
 
 def _launches(name: str) -> list[tuple]:
@@ -42,3 +46,16 @@ def test_a_coalescing_block_is_one_flight_recorder_entry_in_the_pickle_and_the_j
     ]
     assert _launches("fr_nccl_torch2.11_ws1_rank0.pkl") == want
     assert _launches("fr_nccl_torch2.11_ws1_rank0.json") == want
+
+
+def test_a_destroyed_subgroup_logs_its_communicator_destroy_before_the_world_does():
+    """Both worlds (eager: the subgroup is a split of the world's communicator; lazy: a communicator of its
+    own) log the subgroup's 'Destroy COMPLETE' between its creation and the world's, as NcclTarget's
+    comm_destroyed observation (API-LIFECYCLE's _expect_destroyed) relies on."""
+    for mode, split in (("eager", True), ("lazy", False)):
+        events = parse_nccl_log_file(CAPTURED / f"nccl_2.28.9_torch2.11_h200_ws1_subgroup_destroy_{mode}.log")
+        order = [(e["kind"], e["comm"]) for e in events]
+        world, sub = [e for e in events if e["kind"] == "comm_created"]
+        assert (sub["parent"] == world["comm"]) is split, mode
+        assert order == [("comm_created", world["comm"]), ("comm_created", sub["comm"]),
+                         ("comm_destroyed", sub["comm"]), ("comm_destroyed", world["comm"])], mode

@@ -15,8 +15,11 @@ SAMPLES = Path(__file__).parent / "samples"
 
 
 def test_nccl_230_init_split_and_p2p_comms():
-    events = parse_nccl_log_file(SAMPLES / "nccl_2.30_rank0.log")
+    logged = parse_nccl_log_file(SAMPLES / "nccl_2.30_rank0.log")
+    events = [e for e in logged if e["kind"] == "comm_created"]
     assert [e["comm"] for e in events] == ["0x55d0c1a2b3c0", "0x55d0c3f10a80", "0x55d0c4a00010"]
+    assert [(e["kind"], e["comm"], e["how"]) for e in logged if e not in events] == [
+        ("comm_destroyed", "0x55d0c4a00010", "destroy")]
     world, split, pair = events
     assert all(e["kind"] == "comm_created" and e["backend"] == "nccl" for e in events)
     assert (world["rank"], world["nranks"], world["device"]) == (0, 4, "cuda:0")
@@ -65,7 +68,8 @@ def test_log_offset_and_missing_file(tmp_path):
     path = SAMPLES / "nccl_2.30_rank0.log"
     text = path.read_bytes()
     offset = text.index(b"gpu-node-07:41215:41215 [0] NCCL INFO Rank 0 has color")
-    assert [e["comm"] for e in parse_nccl_log_file(path, offset)] == ["0x55d0c4a00010"]
+    assert [(e["kind"], e["comm"]) for e in parse_nccl_log_file(path, offset)] == [
+        ("comm_created", "0x55d0c4a00010"), ("comm_destroyed", "0x55d0c4a00010")]
     assert parse_nccl_log_file(tmp_path / "absent.log") == []
 
 

@@ -85,7 +85,7 @@ EXPECTED: dict[str, list[tuple]] = {
 
 def _seen(events: list[dict]) -> list[tuple]:
     return [(e["pid"], e["comm"], e["rank"], e["nranks"], e["device"], e["comm_hash"], e["parent"], e["config"],
-             e["network"]) for e in events]
+             e["network"]) for e in events if e["kind"] == "comm_created"]
 
 
 def test_every_real_excerpt_is_covered():
@@ -145,5 +145,21 @@ def test_network_logged_after_start_goes_to_that_communicator():
     net = next(i for i, ln in enumerate(lines) if "Using network" in ln)
     start = next(i for i, ln in enumerate(lines) if "Init START" in ln)
     moved = lines[:net] + lines[net + 1:start + 1] + [lines[net].replace("Socket", "IB")] + lines[start + 1:]
-    (event,) = parse_nccl_log(moved)
+    event, gone = parse_nccl_log(moved)
     assert (event["comm"], event["network"]) == ("0x58892a1d3910", "IB")
+    assert (gone["kind"], gone["comm"]) == ("comm_destroyed", event["comm"])
+
+
+def test_destroy_and_abort_lines_are_read_in_every_format_and_only_complete_ones():
+    # e07 (NCCL 2.26.2, real): both ranks' communicators logged '- Destroy COMPLETE' before torch re-inits
+    e07 = parse_nccl_log_file(REAL / "e07_nccl2.26.2_torchrun_lightning_2proc_reinit.log")
+    gone = [(e["pid"], e["comm"], e["rank"], e["nranks"], e["how"]) for e in e07 if e["kind"] == "comm_destroyed"]
+    assert gone == [(10209, "0x650f74e56d60", 1, 2, "destroy"), (10208, "0x58892a1d3910", 0, 2, "destroy")]
+    created = [e["comm"] for e in e07 if e["kind"] == "comm_created"]
+    assert {c for _, c, *_ in gone} <= set(created)
+    # the format NCCL 2.18.3 to 2.30.7 write (src/init.cc '%s COMPLETE', abort ? "Abort" : "Destroy"); an
+    # 'Abort START' (2.28.9 :2510) or a cut line is no destruction
+    lines = ["h:7:7 [2] NCCL INFO comm 0x5a rank 3 nranks 4 cudaDev 2 busId 1b000 - Abort COMPLETE",
+             "h:7:7 [2] NCCL INFO comm 0x5b rank 3 nRanks 4 cudaDev 2 busId 1b000 - Abort START",
+             "h:7:7 [2] NCCL INFO comm 0x5c rank 3 nranks 4 cudaDev 2 busId 1b000 - Destroy COMPL"]
+    assert [(e["comm"], e["how"], e["device"]) for e in parse_nccl_log(lines)] == [("0x5a", "abort", "cuda:2")]
