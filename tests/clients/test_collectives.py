@@ -100,3 +100,42 @@ def test_monitored_barrier_is_refused_by_torch_front_end() -> None:
     else:
         refusal = "monitored_barrier is only implemented for GLOO backend."
     assert values(run_ranks("sim", 2, monitored_barrier), 2) == [refusal] * 2
+
+
+def functional_and_dtensor(rank: int, n: int) -> dict[str, bool]:
+    """Functional collectives (what DTensor and torch.compile'd code call: torch.ops._c10d_functional, which
+    resolve the group by name and call its backend) and DTensor on a 1-D CPU mesh, each against exact values."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    world = dist.group.WORLD
+    out: dict[str, bool] = {}
+    t = torch.arange(4, dtype=torch.float64) + rank
+    out["all_reduce"] = torch.equal(funcol.all_reduce(t, "sum", world),
+                                    torch.arange(4, dtype=torch.float64) * n + sum(range(n)))
+    out["all_gather_single"] = torch.equal(funcol.all_gather_tensor(t, 0, world),
+                                           torch.cat([torch.arange(4, dtype=torch.float64) + j for j in range(n)]))
+    rs = funcol.reduce_scatter_tensor(torch.arange(2.0 * n, dtype=torch.float64) * (rank + 1), "sum", 0, world)
+    total = sum(j + 1 for j in range(n))
+    mine = torch.arange(2.0 * rank, 2.0 * rank + 2, dtype=torch.float64)
+    out["reduce_scatter_single"] = torch.equal(rs, mine * total)
+    a2a = funcol.all_to_all_single(torch.arange(n, dtype=torch.int64) + 10 * rank, None, None, world)
+    out["all_to_all_single"] = torch.equal(a2a, torch.tensor([10 * j + rank for j in range(n)]))
+    mesh = init_device_mesh("cpu", (n,))
+    whole = torch.arange(12.0 * n, dtype=torch.float64).reshape(n * 3, 4)
+    sharded = distribute_tensor(whole, mesh, [Shard(0)])
+    out["dtensor_shard_local"] = torch.equal(sharded.to_local(), whole[3 * rank:3 * rank + 3])
+    out["dtensor_full_tensor"] = torch.equal(sharded.full_tensor(), whole)
+    out["dtensor_redistribute"] = torch.equal(sharded.redistribute(mesh, [Replicate()]).to_local(), whole)
+    weight = torch.arange(8.0, dtype=torch.float64).reshape(4, 2)
+    product = sharded @ distribute_tensor(weight, mesh, [Replicate()])
+    out["dtensor_matmul"] = torch.equal(product.full_tensor(), whole @ weight)
+    return out
+
+
+def test_functional_collectives_and_dtensor_exact_on_sim_and_gloo() -> None:
+    for name, got in zip(("sim", "gloo"), both(3, functional_and_dtensor), strict=True):
+        for rank, checks in enumerate(got):
+            wrong = [k for k, ok in checks.items() if not ok]
+            assert not wrong, f"{name} rank {rank}: wrong results from {wrong}"
