@@ -3,10 +3,11 @@
 Three requirements (``collectives.toml``):
 
 - ``COLL-BAD-ARGS-REFUSED``: a rank whose own arguments are wrong (an ``all_gather`` output list whose length
-  is not the group size, ``all_to_all_single`` split sizes of the wrong count or sum) is refused naming what
-  is wrong; when only one rank's arguments are wrong, its peers raise too (naming the op or that rank, or a
-  timeout) within the group's timeout. gloo checks both locally (c10d ``checkSplitSizes``,
-  ``ProcessGroupGloo::allgather``'s list length: run here); ProcessGroupNCCL checks the split sizes but, by its
+  is not the group size, ``all_to_all_single`` split sizes of the wrong count or sum, an input and output that
+  differ beyond dim 0 or have no dim 0) is refused naming what is wrong; when only one rank's arguments are
+  wrong, its peers raise too (naming the op or that rank, or a timeout) within the group's timeout. gloo
+  checks them locally (c10d ``checkSplitSizes``, ``ProcessGroupGloo::allgather``'s list length, gloo
+  ``alltoall.cc:30`` the tensors' sizes: run here); ProcessGroupNCCL checks the split sizes but, by its
   source, not the all_gather list length (not run here: no GPU).
 - ``COLL-MISMATCH-REFUSED`` (capability ``mismatch_detection``): members that disagree (different
   collectives, roots, split sizes, shapes, split lists) are refused on every member, naming the calls.
@@ -43,6 +44,7 @@ SLACK_S = 15.0  # how much later than its group's timeout a peer's error may com
 TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
 BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
             "all_to_all_single: split sum")
+BAD_TENSORS = ("all_to_all_single: rows differ", "all_to_all_single: 0-dim input")  # input and output do not fit
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 MISMATCHES = ("op", *ROOTED, "dtype", "size", "all_to_all_single splits", "all_to_all shapes")
 
@@ -54,7 +56,11 @@ def _ranks(n: int) -> tuple[int, ...]:
 
 def bad_args_plan(n: int) -> Plan:
     """Which call gets wrong arguments, and on which rank (or on every rank)."""
-    return Plan("bad-args", {"call": BAD_ARGS, "wrong on": ("every rank", *_ranks(n))}, alone=())
+    # A tensor pair that does not fit is also a disagreement with valid peers, which a backend that compares
+    # calls refuses as such: only the same wrong call on every rank reaches the backend's own argument check,
+    # so those two calls get a boundary case of their own, on every rank (one rank among the samples).
+    return Plan("bad-args", {"call": BAD_ARGS + BAD_TENSORS, "wrong on": ("every rank", *_ranks(n))},
+                core={"wrong on": ("every rank",)}, alone=BAD_TENSORS)
 
 
 def mismatch_plan(n: int) -> Plan:
@@ -134,6 +140,12 @@ def _bad_call(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callabl
     if kind == "all_to_all_single: split count":
         out, inp, splits = _a2a_args(ctx, [1] * (n + 1))  # the right sum, one size too many
         return lambda: dist.all_to_all_single(out[:n + 1], inp, splits, splits, group=group)
+    if kind == "all_to_all_single: rows differ":  # n rows of 2 elements into n rows of 3, one dtype, no split sizes
+        inp2, out3 = torch.ones(n, 2, device=ctx.device), torch.full((n, 3), -1.0, device=ctx.device)
+        return lambda: dist.all_to_all_single(out3, inp2, group=group)
+    if kind == "all_to_all_single: 0-dim input":  # a scalar into a 1-dim output of one row per rank
+        scalar, out1 = torch.tensor(1.0, device=ctx.device), torch.full((n,), -1.0, device=ctx.device)
+        return lambda: dist.all_to_all_single(out1, scalar, group=group)
     out, inp, splits = _a2a_args(ctx, None)  # kind == "all_to_all_single: split sum": n sizes, one row too many
     wrong = [*splits[:-1], 2]
     return lambda: dist.all_to_all_single(out[:n], inp, wrong, splits, group=group)
@@ -146,7 +158,12 @@ def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
         return (("output", "tensor list"), str(n), str(n - 1 if "few" in kind else n + 3))
     if kind == "all_to_all_single: split count":  # gloo: "Number of tensor splits not equal to group size"
         return (("split",), ("group size", str(n)))
-    return (("split",), ("dim 0", "sum"))  # gloo: "Split sizes doesn't match total dim 0 size"
+    if kind.startswith("all_to_all_single: split"):  # gloo: "Split sizes doesn't match total dim 0 size"
+        return (("split",), ("dim 0", "sum"))
+    # rows differ / 0-dim input: the input and output tensors do not fit each other. gloo 2.13.0: "[enforce fail
+    # at gloo/alltoall.cc:30] in->size == out->size" (seen, both kinds); the simulator: "input float32[2,2] and
+    # output float32[2,3] differ beyond dim 0", "needs tensors with at least one dimension"
+    return (("size", "shape", "differ", "dimension"),)
 
 
 def _bad_args_case(ctx: CheckContext, case: Case) -> None:

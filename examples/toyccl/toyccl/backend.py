@@ -295,8 +295,20 @@ class ToyProcessGroup(dist.ProcessGroup):
                 t.copy_(_reduce([contrib[i] for contrib in everyone], opts.reduceOp))
         return completed_work(tensors)
 
+    def _check_rows(self, output: torch.Tensor, input: torch.Tensor) -> None:
+        """all_to_all_single moves rows along dim 0: both tensors need one, with rows of one shape and dtype."""
+        def desc(t: torch.Tensor) -> str:
+            return f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+        if input.dim() == 0 or output.dim() == 0:
+            raise ValueError(f"toyccl rank {self.rank()}: all_to_all_single: input {desc(input)} and output "
+                             f"{desc(output)}: both need at least one dimension (dim 0 holds the rows)")
+        if input.dtype != output.dtype or input.shape[1:] != output.shape[1:]:
+            raise ValueError(f"toyccl rank {self.rank()}: all_to_all_single: input {desc(input)} and output "
+                             f"{desc(output)} differ beyond dim 0 (the dtype and shape of a row)")
+
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any = None) -> dist.Work:
+        self._check_rows(output, input)
         sizes = self._check_splits(input_split_sizes, input.shape[0], "input")
         self._check_splits(output_split_sizes, output.shape[0], "output")
         everyone = self._exchange((input.detach().cpu(), sizes))
