@@ -31,9 +31,9 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import simulator
-from conformance.runner.forked import fork_and_collect
 from simulator import shm
 from simulator.comm import SHM_PREFIX_ENV
+from tests.forked import fork_and_collect
 
 PREFIX = f"benchscale{os.getpid()}_"
 

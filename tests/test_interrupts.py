@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conformance.report import load_report
-from conformance.runner.forked import alive
+from tests.forked import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = {

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import simulator
-from conformance.runner.forked import fork_and_collect
+from tests.forked import fork_and_collect
 
 BACKENDS = {"sim": "cpu:sim", "gloo": "gloo"}
 

@@ -23,11 +23,11 @@ from conformance.checks.registry import CheckContext, load_checks
 from conformance.gpu import load_dump
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.probes.launches import LaunchProbe
-from conformance.runner.forked import fork_and_collect
 from conformance.spec import load_catalog
 from conformance.targets.base import Driver
 from conformance.targets.gloo import GlooTarget
 from conformance.targets.nccl import NcclProbe
+from tests.forked import fork_and_collect
 
 REAL = Path(__file__).parent / "samples" / "real"
 E07 = REAL / "e07_nccl2.26.2_torchrun_lightning_2proc_reinit.log"

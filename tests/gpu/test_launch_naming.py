@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from conformance.gpu import launch_events, load_dump
 from conformance.probes.launches import LaunchProbe
-from conformance.runner.forked import fork_and_collect
+from tests.forked import fork_and_collect
 
 
 def _rank(rank: int, ports: Any, q: Any) -> None:

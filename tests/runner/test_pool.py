@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conformance.runner import PoolSet, RankPool
-from conformance.runner.forked import alive
+from tests.forked import alive
 
 from . import tasks
 

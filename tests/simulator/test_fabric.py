@@ -18,11 +18,11 @@ import torch
 import torch.distributed as dist
 
 import simulator.fabric
-from conformance.runner.forked import fork_and_collect
 from simulator import shm
 from simulator.errors import CollectiveMismatch, P2PMismatch, RankTimeout, SimError
 from simulator.fabric import Fabric
 from simulator.reduction import REDUCE_OPS, unsupported
+from tests.forked import fork_and_collect
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
           torch.int32, torch.int64, torch.bool, torch.complex64]
