@@ -11,7 +11,7 @@ KNOWN_HINTS: dict[str, type] = {
     "is_high_priority_stream": bool, "highPriority": bool, "cgaClusterSize": int, "maxCTAs": int,
     "minCTAs": int, "netName": str,
 }
-_BOOLS = {"true": True, "1": True, "false": False, "0": False}
+_BOOLS = frozenset({"true", "1", "false", "0"})  # the spellings a boolean hint may take
 
 
 MAX_CGA_CLUSTER_SIZE = 8  # as NCCL's cgaClusterSize
