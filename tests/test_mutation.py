@@ -236,6 +236,8 @@ def test_a_triage_entry_carries_to_the_same_change_moved() -> None:
     assert report.triage_of(row("f.py:9:8:NumberReplacer#2", "x = 1", "x = 0"), triage) is None
     assert report.triage_of(row("f.py:9:8:ReplaceBinaryOperator_Add_Sub", "x = 1", "x = 2"), triage) is None
     assert report.triage_of(row("g.py:9:8:NumberReplacer", "x = 1", "x = 2"), triage) is None
+    # a line whose text is on several lines of its file: which of them the entry was written for is unknown
+    assert report.triage_of({**moved, "line_repeats": 2}, triage) is None
     # its own id with the same change: applied directly, not carried
     assert "carried_from" not in report.triage_of(row("f.py:3:8:NumberReplacer", "x = 1", "x = 2"), triage)
     built = report.build({"t": {"command": "c", "torch": "t", "population": 1, "seed": 0, "digest": "d",

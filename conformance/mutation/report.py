@@ -9,7 +9,8 @@ a mutant id is a position, so once the code above it moves the same id names ano
 whose line is not the one the survivor's diff changes is stale. An entry also names the line the mutation
 makes (``mutated``, stripped); a survivor with no entry of its own takes the entry whose path, operator,
 ``line`` and ``mutated`` are its own (the same change, moved: the report says which id it was carried from, for
-a reader to check). Any other survivor counts as untriaged.
+a reader to check), unless that line's text is on several lines of the file. Any other survivor counts as
+untriaged.
 """
 
 from __future__ import annotations
@@ -58,12 +59,16 @@ def change_key(mid: str, line: str, mutated: str) -> tuple[str, ...]:
 
 def triage_of(row: dict[str, Any], triage: dict[str, dict[str, str]]) -> dict[str, str] | None:
     """The row's triage entry, unless it was written for another change (stale: the code moved); else the entry
-    written for the same change under another id (the code moved: ``carried_from`` names that id)."""
+    written for the same change under another id (the code moved: ``carried_from`` names that id), unless the
+    mutated line's text is on more than one line of its file (``line_repeats``, set by the command: a
+    ``return False`` entry would otherwise carry to every ``return False`` of the file)."""
     mid = row["mutant"]["id"]
     line, mutated = mutated_line(row.get("diff", "")), made_line(row.get("diff", ""))
     entry = triage.get(mid)
     if entry is not None and entry.get("line", line) == line and entry.get("mutated", mutated) == mutated:
         return entry
+    if row.get("line_repeats", 1) != 1:  # the line's text is on more lines of its file: which one was meant?
+        return None
     key = change_key(mid, line, mutated)
     same = sorted((e for e in triage.values() if "line" in e and "mutated" in e
                    and change_key(e["id"], e["line"], e["mutated"]) == key), key=lambda e: e["id"])
