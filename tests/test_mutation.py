@@ -191,3 +191,55 @@ def test_the_mutated_line_of_a_removed_decorator_is_the_decorator() -> None:
 
 def test_the_triage_entries_name_their_line() -> None:
     assert all(e["line"] for e in report.load_triage().values())
+
+
+def _mutant(mid: str, text: str, same: int = 0) -> harness.Mutant:
+    path, line, col, operator = mid.split(":")
+    return harness.Mutant(mid, "t", path, int(line), int(col), "core/" + operator, 0, text, same)
+
+
+def test_the_sample_is_stable_under_edits_elsewhere() -> None:
+    # the seeded order ranks a mutant by what it changes, not where: lines added above every site shift each id
+    # but leave the sample the same mutants, and a new mutant takes only its own place in the order
+    population = [_mutant(f"m.py:{n}:4:NumberReplacer", f"x = {n}") for n in range(1, 200)]
+    moved = [_mutant(f"m.py:{m.line + 7}:4:NumberReplacer", m.text) for m in population]
+    extra = _mutant("m.py:1:4:NumberReplacer", "y = 0")
+    first = [m.text for m in harness.sample(population, 30, seed=5)]
+    assert [m.text for m in harness.sample(moved, 30, seed=5)] == first
+    grown = [m.text for m in harness.sample([extra, *moved], 30, seed=5)]
+    assert [t for t in grown if t != "y = 0"] == first[:len(grown) - (extra.text in grown)]
+    assert [m.text for m in harness.sample(population, 10, seed=5)] == first[:10]  # a prefix: stopped early
+    assert [m.text for m in harness.sample(population, 30, seed=6)] != first
+    # the same text twice: the k-th site tells them apart
+    twins = [_mutant("m.py:1:4:NumberReplacer", "x = 0", 0), _mutant("m.py:9:4:NumberReplacer", "x = 0", 1)]
+    assert twins[0].rank(1) != twins[1].rank(1)
+
+
+def test_enumeration_gives_each_mutant_its_text_and_same_key_index() -> None:
+    population = harness.enumerate_mutants(ROOT, TARGETS["toyccl"])
+    for m in population[:50]:
+        assert m.text == (ROOT / m.path).read_text().splitlines()[m.line - 1].strip()
+    keys = [(m.path, m.operator, m.text, m.same) for m in population]
+    assert len(set(keys)) == len(keys)
+
+
+def test_a_triage_entry_carries_to_the_same_change_moved() -> None:
+    def row(mid: str, removed: str, made: str) -> dict:
+        return {"mutant": {"id": mid}, "status": "survived", "seconds": 1.0,
+                "diff": f"--- f.py\n+++ f.py\n@@ -3 +3 @@\n-    {removed}\n+    {made}\n"}
+
+    triage = {"f.py:3:8:NumberReplacer": {"id": "f.py:3:8:NumberReplacer", "class": "equivalent", "why": "w",
+                                          "line": "x = 1", "mutated": "x = 2"}}
+    moved = row("f.py:9:8:NumberReplacer", "x = 1", "x = 2")
+    assert report.triage_of(moved, triage)["carried_from"] == "f.py:3:8:NumberReplacer"
+    # another change of the same line, another operator, another file: not carried
+    assert report.triage_of(row("f.py:9:8:NumberReplacer#2", "x = 1", "x = 0"), triage) is None
+    assert report.triage_of(row("f.py:9:8:ReplaceBinaryOperator_Add_Sub", "x = 1", "x = 2"), triage) is None
+    assert report.triage_of(row("g.py:9:8:NumberReplacer", "x = 1", "x = 2"), triage) is None
+    # a line whose text is on several lines of its file: which of them the entry was written for is unknown
+    assert report.triage_of({**moved, "line_repeats": 2}, triage) is None
+    # its own id with the same change: applied directly, not carried
+    assert "carried_from" not in report.triage_of(row("f.py:3:8:NumberReplacer", "x = 1", "x = 2"), triage)
+    built = report.build({"t": {"command": "c", "torch": "t", "population": 1, "seed": 0, "digest": "d",
+                                "wall_seconds": 1.0, "rows": [moved]}}, triage)
+    assert "equivalent (carried from `f.py:3:8:NumberReplacer`)" in report.render(built)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import json
 import time
 from pathlib import Path
@@ -51,6 +53,12 @@ def _pick(population: list[Mutant], args: argparse.Namespace, done: dict[str, An
     if not args.mutant or args.sample is not None:
         named += [m for m in sample(population, args.sample, args.seed) if m.id not in done]
     return list({m.id: m for m in named}.values())
+
+
+@functools.cache
+def _repeats(path: Path) -> collections.Counter[str]:
+    """How many lines of ``path`` have each stripped text."""
+    return collections.Counter(line.strip() for line in path.read_text().splitlines())
 
 
 def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -187,6 +195,9 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         meta_path = args.results_dir / f"{name}.meta.json"
         rows = load_results(args.results_dir / f"{name}.jsonl", source_digest(ROOT, target))
         rows = {i: r for i, r in rows.items() if Path(r["mutant"]["path"]).name not in target.planted}
+        for r in rows.values():  # how often the mutated line's text is in its file now: a triage entry of another
+            # id carries only to a line whose text is there once (report.triage_of)
+            r["line_repeats"] = _repeats(ROOT / r["mutant"]["path"]).get(report.mutated_line(r.get("diff", "")), 0)
         if meta_path.exists() and rows:
             per_target[name] = json.loads(meta_path.read_text()) | {"rows": list(rows.values())}
     judged = [Mutant(**r["mutant"]) for run in per_target.values() for r in run["rows"]]

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import queue
-import random
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,15 @@ class Mutant:
     col: int
     operator: str
     occurrence: int
+    text: str = ""  # the mutated source line, stripped: with ``path`` and ``operator`` what ranks it in a sample
+    same: int = 0  # how many mutants of the same path, operator and text come before it (the k-th such site)
+
+    def rank(self, seed: int) -> str:
+        """Its place in the seeded order: a hash of the seed and what the mutant changes, not where (line
+        numbers shift when code above moves, the content key does not), so an edit elsewhere in the sources
+        leaves every other mutant's place unchanged."""
+        key = "\0".join(map(str, (seed, self.target, self.path, self.operator, self.text, self.same)))
+        return hashlib.sha256(key.encode()).hexdigest()
 
 
 @dataclass
@@ -165,6 +173,7 @@ def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
         specs = sorted((item.mutations[0] for item in db.work_items),
                        key=lambda s: (str(s.module_path), s.operator_name, s.occurrence))
     skipped = {m: annotation_spans(m.read_text()) + defect_branch_spans(m.read_text()) for m in modules}
+    lines = {m: m.read_text().splitlines() for m in modules}
     found: list[Mutant] = []
     seen: dict[str, int] = {}
     for spec in specs:
@@ -176,14 +185,25 @@ def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
         mid = f"{rel}:{line}:{col}:{spec.operator_name.removeprefix('core/')}"
         seen[mid] = seen.get(mid, 0) + 1
         mid += f"#{seen[mid]}" if seen[mid] > 1 else ""
-        found.append(Mutant(mid, target.name, rel, line, col, spec.operator_name, spec.occurrence))
-    return sorted(found, key=lambda m: (m.path, m.line, m.col, m.id))
+        found.append(Mutant(mid, target.name, rel, line, col, spec.operator_name, spec.occurrence,
+                            lines[module][line - 1].strip()))
+    found.sort(key=lambda m: (m.path, m.line, m.col, m.id))
+    same: dict[tuple[str, str, str], int] = {}
+    for i, m in enumerate(found):  # the k-th site of the same path, operator and text, in source order
+        key = (m.path, m.operator, m.text)
+        found[i] = replace(m, same=same.get(key, 0))
+        same[key] = same.get(key, 0) + 1
+    return found
 
 
 def sample(mutants: list[Mutant], n: int | None, seed: int) -> list[Mutant]:
-    """A seeded uniform sample of ``n`` mutants (all of them when ``n`` is None or larger), in the seeded
-    random order they run in: a run stopped early has judged a uniform sample too."""
-    return random.Random(seed).sample(mutants, min(len(mutants), n if n is not None else len(mutants)))
+    """A seeded sample of ``n`` mutants (all of them when ``n`` is None or larger): the ``n`` lowest in the
+    seeded order (``Mutant.rank``, a hash of the seed and each mutant's content key), in that order, which is
+    the order they run in. The hash orders the population uniformly at random, so the sample is uniform and a
+    run stopped early has judged a uniform sample too; and an edit to the sources leaves the rank of every
+    mutant it does not change as it was, so the sample keeps the mutants it kept (and their triage)."""
+    ranked = sorted(mutants, key=lambda m: (m.rank(seed), m.id))
+    return ranked[:len(mutants) if n is None else max(0, n)]
 
 
 def _copy_tree(root: Path, slot: Path) -> None:

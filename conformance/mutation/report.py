@@ -6,7 +6,11 @@ catches; the entry says which check would). The score counts only non-equivalent
 caught / (judged - equivalent). A survivor without a triage entry is listed as untriaged and counted as a gap.
 An entry names the source line it was written for (``line``, the mutated line before the mutation, stripped):
 a mutant id is a position, so once the code above it moves the same id names another mutation, and an entry
-whose line is not the one the survivor's diff changes is stale: that survivor counts as untriaged.
+whose line is not the one the survivor's diff changes is stale. An entry also names the line the mutation
+makes (``mutated``, stripped); a survivor with no entry of its own takes the entry whose path, operator,
+``line`` and ``mutated`` are its own (the same change, moved: the report says which id it was carried from, for
+a reader to check), unless that line's text is on several lines of the file. Any other survivor counts as
+untriaged.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ CLASSES = ("equivalent", "gap")
 
 
 def load_triage(path: Path = TRIAGE) -> dict[str, dict[str, str]]:
-    """Mutant id -> {"class": equivalent | gap, "why": ...}."""
+    """Mutant id -> {"id": ..., "class": equivalent | gap, "why": ..., "line": ..., "mutated": ...}."""
     if not path.exists():
         return {}
     entries = tomllib.loads(path.read_text()).get("mutant", [])
@@ -39,13 +43,38 @@ def mutated_line(diff: str) -> str:
                  if ln.startswith("-") and not ln.startswith("---") and ln[1:].strip()), "")
 
 
+def made_line(diff: str) -> str:
+    """The first non-blank source line a mutant's diff adds, stripped (a triage entry's ``mutated``; empty when
+    the mutant only removes lines)."""
+    return next((ln[1:].strip() for ln in diff.splitlines()
+                 if ln.startswith("+") and not ln.startswith("+++") and ln[1:].strip()), "")
+
+
+def change_key(mid: str, line: str, mutated: str) -> tuple[str, ...]:
+    """What a mutant changes, wherever it is: its path and operator (from its id, ``path:line:col:operator#k``),
+    the line it mutates and the line it makes."""
+    parts = mid.split(":")
+    return (mid, line, mutated) if len(parts) != 4 else (parts[0], parts[3].split("#")[0], line, mutated)
+
+
 def triage_of(row: dict[str, Any], triage: dict[str, dict[str, str]]) -> dict[str, str] | None:
-    """The row's triage entry, unless it was written for another line (stale: the code moved)."""
-    entry = triage.get(row["mutant"]["id"])
-    line = mutated_line(row.get("diff", ""))
-    if entry is None or entry.get("line", line) != line:
+    """The row's triage entry, unless it was written for another change (stale: the code moved); else the entry
+    written for the same change under another id (the code moved: ``carried_from`` names that id), unless the
+    mutated line's text is on more than one line of its file (``line_repeats``, set by the command: a
+    ``return False`` entry would otherwise carry to every ``return False`` of the file)."""
+    mid = row["mutant"]["id"]
+    line, mutated = mutated_line(row.get("diff", "")), made_line(row.get("diff", ""))
+    entry = triage.get(mid)
+    if entry is not None and entry.get("line", line) == line and entry.get("mutated", mutated) == mutated:
+        return entry
+    if row.get("line_repeats", 1) != 1:  # the line's text is on more lines of its file: which one was meant?
         return None
-    return entry
+    key = change_key(mid, line, mutated)
+    same = sorted((e for e in triage.values() if "line" in e and "mutated" in e
+                   and change_key(e["id"], e["line"], e["mutated"]) == key), key=lambda e: e["id"])
+    if not same or len({e["class"] for e in same}) > 1:  # no such entry, or entries that disagree
+        return None
+    return {**same[0], "carried_from": same[0]["id"]}
 
 
 def summarize(rows: list[dict[str, Any]], triage: dict[str, dict[str, str]]) -> dict[str, Any]:
@@ -127,6 +156,7 @@ def render(report: dict[str, Any]) -> str:
                   "| mutant | change | triage | why |", "| --- | --- | --- | --- |"]
         for r in t["survivors"]:
             tri = r["triage"] or {"class": "**untriaged**", "why": ""}
-            lines.append(f"| `{r['mutant']['id']}` | {_line(r)} | {tri['class']} | {tri['why']} |")
+            carried = f" (carried from `{tri['carried_from']}`)" if tri.get("carried_from") else ""
+            lines.append(f"| `{r['mutant']['id']}` | {_line(r)} | {tri['class']}{carried} | {tri['why']} |")
         lines.append("")
     return "\n".join(lines) + "\n"
