@@ -122,3 +122,14 @@ def new_group_splits(stack: str | None) -> bool:
 
     group = STACKS.get(stack or "")
     return group is None or group.new_group_splits
+
+
+def members_only_new_group_refused(stack: str | None) -> bool:
+    """Whether torch refuses new_group(use_local_synchronization=True) in a world on ``stack``, whatever the new
+    group's backend: where it makes every new_group through split_group (torch 2.13's torchcomms routing,
+    v2.13.0 distributed_c10d.py:5836-5862, refused at :5893-5898). The version fact is kept with the stack's
+    other routing facts: ``simulator.stacks`` (``new_group_via_split``)."""
+    from simulator.stacks import STACKS
+
+    group = STACKS.get(stack or "")
+    return group is not None and group.new_group_via_split

@@ -4,6 +4,8 @@ their valid range, what a non-member of a split creates, destroy and re-init, an
 from __future__ import annotations
 
 import contextlib
+import gc
+import os
 import shutil
 import tempfile
 import time
@@ -31,6 +33,9 @@ from conformance.outcomes import CheckFailed
 from conformance.targets.base import WorldSpec
 
 MAX_TAG = 2**31 - 1
+FD_DIR = "/proc/self/fd"
+FD_SLACK = 1  # fds a process may hold more after two more worlds came and went (none seen)
+FD_WAIT_S = 2.0  # how long the fds of destroyed worlds may take to be closed
 # torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
 # per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
 NO_OP = "No backend type associated with device type"
@@ -161,7 +166,8 @@ def lifecycle(ctx: CheckContext) -> None:
     init again in the same process, on a new store, works (twice: a second cycle finds what the first left; the
     third world's store is a FileStore, a store of another kind, which its last rank reaches late). Where the
     target splits eager worlds, each cycle also splits a child off the world and uses it: torch 2.11's
-    split_group after a re-init segfaulted on NCCL 2.28.9 (scripts/capture_nccl_samples.py's host)."""
+    split_group after a re-init segfaulted on NCCL 2.28.9 (scripts/capture_nccl_samples.py's host). Worlds #2
+    and #3 must give back the file descriptors they held (``_expect_fds_released``)."""
     ranks = list(range(ctx.world_size))
     folder = _shared_folder(ctx)
     try:
@@ -177,6 +183,7 @@ def lifecycle(ctx: CheckContext) -> None:
 def _cycles(ctx: CheckContext, folder: Path) -> None:
     n, ranks = ctx.world_size, list(range(ctx.world_size))
     splits = {"split", "device_binding"} <= ctx.target.capabilities
+    settled, live = 0, 0  # this process's open fds after world #1 was destroyed; the most while a world lived
     for cycle in (1, 2, 3):
         where = f"world #{cycle} of this process"
         store: dist.Store = dist.PrefixStore(f"api-lifecycle-{cycle}/", ctx.store)
@@ -201,9 +208,58 @@ def _cycles(ctx: CheckContext, folder: Path) -> None:
             child = dist.split_group(split_ranks=[ranks])
             expect_allreduce_members(ctx, child, ranks, f"{where}: a split_group child of the world")
         dist.barrier()
+        live = max(live, _open_fds())
         dist.destroy_process_group()
         ctx.expect_equal(f"{where}: dist.is_initialized() after destroy_process_group()", False,
                          dist.is_initialized())
+        if cycle == 1:
+            settled = _settled_fds(ctx)
+    _expect_fds_released(ctx, settled, live)
+
+
+def _open_fds() -> int:
+    """How many file descriptors this process has open (-1 where /proc/self/fd cannot be read)."""
+    try:
+        return len(os.listdir(FD_DIR))
+    except OSError:
+        return -1
+
+
+def _settled_fds(ctx: CheckContext) -> int:
+    """This process's open fds; first the positive control: the count shows an fd this rank opens itself."""
+    count = _open_fds()
+    fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        positive_control(ctx, count >= 0 and _open_fds() == count + 1, f"an fd this rank opened, in {FD_DIR}")
+    finally:
+        os.close(fd)
+    return count
+
+
+def _released(settled: int) -> int:
+    """This process's open fds, once at most FD_SLACK above ``settled`` or after FD_WAIT_S (a backend may close
+    some from a thread of its own, or when its objects are collected)."""
+    deadline, collected = time.monotonic() + FD_WAIT_S, False
+    while (after := _open_fds()) - settled > FD_SLACK and time.monotonic() < deadline:
+        if not collected:
+            gc.collect()
+            collected = True
+        else:
+            time.sleep(0.01)
+    return after
+
+
+def _expect_fds_released(ctx: CheckContext, settled: int, live: int) -> None:
+    """Worlds #2 and #3, with their subgroups and children, give back every file descriptor they held once
+    destroyed: the process holds at most FD_SLACK more than after world #1 was destroyed (what a backend opens
+    once, at its first world, stays; one fd leaked per destroyed communicator adds 3 or more a world)."""
+    after = _released(settled)
+    if ctx.rank == 0:
+        ctx.note(f"open fds: {live} at most while a world lived, {settled} after world #1 was destroyed, {after} "
+                 "after world #3 was")
+    ctx.expect(after - settled <= FD_SLACK, "file descriptors this process holds (/proc/self/fd) after worlds #2 "
+               "and #3 and their subgroups were destroyed, beyond those after world #1 was",
+               f"at most {FD_SLACK}", after - settled)
 
 
 def _shared_folder(ctx: CheckContext) -> Path:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,10 +96,73 @@ def expect_block(ctx: CheckContext, block: Block, found: Findings, when: str = "
         found.case(ctx.expect, bad is None, f"{block.what(i)}{when}", "the exact result from every rank's input", bad)
 
 
+# A block whose call takes over 64 KiB to describe: 256 all_gather_into_tensor of tensors of 10 elements in 63
+# dimensions (torch's kernels take up to 64, and a backend may stack the ranks' tensors)
+MANY_DIMS = (10,) + (1,) * 62
+MANY_DIMS_OPS = 256
+HELD_AFTER_S = 0.05  # when the first rank's interpreter is held, after it entered the block (time to post it)
+HELD_FOR_S = 0.3  # for how long: the others enter the block, finish it and go on meanwhile
+LATE_S = 0.06  # how much later than the first rank the others enter the block
+
+
+@contextlib.contextmanager
+def _interpreter_held(hold: bool) -> Iterator[None]:
+    """While open (when ``hold``), a second thread of this rank takes the interpreter lock HELD_AFTER_S in and
+    keeps it for HELD_FOR_S, running Python bytecode (as a busy data loader thread can: the switch interval is
+    raised meanwhile), so that no other thread of this rank runs Python code then."""
+    if not hold:
+        yield
+        return
+    interval = sys.getswitchinterval()
+
+    def spin() -> None:
+        time.sleep(HELD_AFTER_S)
+        sys.setswitchinterval(2 * HELD_FOR_S)
+        until = time.monotonic() + HELD_FOR_S
+        while time.monotonic() < until:
+            pass
+        sys.setswitchinterval(interval)
+
+    thread = threading.Thread(target=spin, name="interpreter-held", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+        sys.setswitchinterval(interval)
+
+
+def _many_dims_blocks(ctx: CheckContext, found: Findings) -> None:
+    """A block whose calls take long to describe (256 all_gather_into_tensor of 10-element tensors of 63 dimensions)
+    followed at once by a lone all_reduce, the last rank entering the block first and then being held (its
+    interpreter busy, ``_interpreter_held``) while the others enter it, finish it and go on to the next call: a
+    backend that passes call metadata through the store and drops a rank's message when that rank goes on,
+    before every peer has read it, leaves the held rank waiting for it."""
+    n, dtype = ctx.world_size, torch.float32
+    inputs = [[ref.values(r, 10, dtype, 500 + i) for r in range(n)] for i in range(MANY_DIMS_OPS)]
+    mine = [ref.tensor(columns[ctx.rank], dtype, ctx.device).reshape(MANY_DIMS) for columns in inputs]
+    outs = [torch.zeros((10 * n, *MANY_DIMS[1:]), dtype=dtype, device=ctx.device) for _ in inputs]
+    held = n - 1
+    dist.barrier()
+    if ctx.rank != held:
+        time.sleep(LATE_S)
+    with _interpreter_held(ctx.rank == held), dist._coalescing_manager():
+        for out, t in zip(outs, mine):
+            dist.all_gather_into_tensor(out, t)
+    lone = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
+    dist.all_reduce(lone)
+    what = f"a block of {MANY_DIMS_OPS} all_gather_into_tensor of float32[10, 1 x 62]"
+    for i, (out, columns) in enumerate(zip(outs, inputs)):
+        bad = ref.mismatch(out, [v for column in columns for v in column], dtype)
+        found.case(ctx.expect, bad is None, f"{what}: op {i}", "every rank's input in rank order", bad)
+    found.case(ctx.expect_equal, f"{what}: the all_reduce right after it", float(n * (n + 1) // 2), lone.item())
+
+
 @check("COAL-SYNC-RESULTS")
 def sync_results(ctx: CheckContext) -> None:
     """A sync block gives every op's exact result: each kind and reduce op, blocks of 1, 2, 9 and 64 ops,
-    mixed sizes, and a block mixing dtypes (exact or refused naming the dtype)."""
+    mixed sizes, a block mixing dtypes (exact or refused naming the dtype), and a block of 256 ops on
+    63-dimensional tensors followed at once by another call, one rank held meanwhile."""
     ctx.init_world(default_mode(ctx))
     found = Findings(ctx)
     for salt, (kind, op) in enumerate(BLOCKS):
@@ -112,6 +178,7 @@ def sync_results(ctx: CheckContext) -> None:
     if optional_case(ctx, "a block of 9 all_reduce SUM mixing float32, int64 and float64", lambda: run_block(mixed),
                      ("dtype", "type")):
         expect_block(ctx, mixed, found)
+    _many_dims_blocks(ctx, found)
     found.checkpoint()
     world = list(range(ctx.world_size))
     run_plan(ctx, found, coalescing_cases.PLAN, lambda c: coalescing_cases.block_case(ctx, c), world, "world")

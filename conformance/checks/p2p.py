@@ -256,6 +256,7 @@ def data(ctx: CheckContext) -> None:
         dist.barrier()
         _tags_and_any_source(ctx)
         _long_channel(ctx)
+        _beside_large_collectives(ctx)
         return _generated(ctx)
     expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
     ctx.expect_equal("non-contiguous view received into a non-contiguous view", expected.tolist(),
@@ -263,6 +264,7 @@ def data(ctx: CheckContext) -> None:
     ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
     _tags_and_any_source(ctx)
     _long_channel(ctx)
+    _beside_large_collectives(ctx)
     _generated(ctx)
 
 
@@ -288,6 +290,34 @@ def _long_channel(ctx: CheckContext) -> None:
     wrong = [(k, v) for k, v in enumerate(values) if v != float(prv * 1000 + k)]
     ctx.expect(not wrong, f"{LONG_CHANNEL} messages from rank {prv} on one tag, received in order",
                f"receive k holds message k ({prv * 1000} + k)", f"{len(wrong)} wrong, first (k, value): {wrong[:3]}")
+
+
+LARGE_ELEMENTS = 1 << 20  # float32: 4 MiB, the size from which a backend may reduce in one chunk per rank
+
+
+def _beside_large_collectives(ctx: CheckContext) -> None:
+    """Every other rank isends rank 0 a message, then every rank runs two all_reduces of 4 MiB (an odd and an
+    even op of the group, large enough for a backend to reduce them chunk by chunk across the ranks), and only
+    then does rank 0 post its receives, all on the world: each all_reduce gives the exact sum, each receive the
+    message sent before them (a backend whose collective bookkeeping overwrites what a sender posted for rank 0
+    loses it)."""
+    n, r = ctx.world_size, ctx.rank
+    sent = torch.tensor([r * 100.0 + 7, -r * 100.0 - 7], device=ctx.device)
+    work = dist.isend(sent, 0) if r != 0 else None
+    for i in range(2):
+        big = torch.full((LARGE_ELEMENTS,), float(r + 1 + i), device=ctx.device)
+        dist.all_reduce(big)
+        want = float(n * (n + 1) // 2 + n * i)
+        ctx.expect_equal(f"all_reduce {i + 1} of 2 of 4 MiB with isends to rank 0 pending: (min, max)", (want, want),
+                         (big.min().item(), big.max().item()))
+    if work is not None:
+        work.wait()
+        return
+    got = [torch.full((2,), 0.5, device=ctx.device) for _ in range(1, n)]
+    for w in [dist.irecv(g, src) for src, g in enumerate(got, start=1)]:
+        w.wait()
+    ctx.expect_equal("the message each other rank isent rank 0 before two 4 MiB all_reduces, received after them",
+                     [[src * 100.0 + 7, -src * 100.0 - 7] for src in range(1, n)], [g.tolist() for g in got])
 
 
 def _generated(ctx: CheckContext) -> None:

@@ -18,7 +18,12 @@ from conformance.checks.common import (
 from conformance.checks.derived_groups import check_derived_groups
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
-from conformance.torch_compat import new_group_splits, split_child_ranks, split_nonmember_value
+from conformance.torch_compat import (
+    members_only_new_group_refused,
+    new_group_splits,
+    split_child_ranks,
+    split_nonmember_value,
+)
 
 
 @check("SPLIT-UNBOUND-REFUSED")
@@ -164,7 +169,34 @@ def newgroup_nonmembers(ctx: CheckContext) -> None:
         else:
             ctx.expect(group == dist.GroupMember.NON_GROUP_MEMBER, f"new_group({ranks}) on a non-member",
                        "GroupMember.NON_GROUP_MEMBER", group)
+    # last (torch 2.15 counts a members-only group on its members alone: a later new_group of every rank would get
+    # another name on them, v2.15.0 distributed_c10d.py:6758-6771), of the ranks in every group above (torch 2.13
+    # salts its name with the number of groups the rank knows, v2.13.0 :5464-5468: the members must know as many)
+    _members_only_gloo(ctx, sorted(set.intersection(*map(set, shapes))))
     expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after the new_groups")
+
+
+def _members_only_gloo(ctx: CheckContext, ranks: list[int]) -> None:
+    """new_group(ranks, backend="gloo", use_local_synchronization=True), called by the members alone beside the
+    bound world: a gloo group is not split from the world's communicator (torch passes split_from to NCCL's
+    options only, v2.13.0 distributed_c10d.py:2200-2204), so the members get a working group of exactly ``ranks``.
+    Where torch makes every new_group through split_group (2.13's torchcomms routing) it refuses the call
+    instead, naming use_local_synchronization (v2.13.0 :5893-5898)."""
+    what = f"new_group({ranks}, backend='gloo', use_local_synchronization=True), called by its members alone"
+    if ctx.rank in ranks:
+        make = lambda: dist.new_group(ranks, backend="gloo", use_local_synchronization=True,  # noqa: E731
+                                      timeout=timedelta(seconds=ctx.timeout_s))
+        if members_only_new_group_refused(ctx.target.target.stack):
+            expect_raises(ctx, what, make, contains=("use_local_synchronization",))
+        else:
+            group = make()
+            ctx.expect(isinstance(group, dist.ProcessGroup), what, "a ProcessGroup", group)
+            ctx.expect_equal(f"{what}: its backend", "gloo", dist.get_backend(group))
+            t = torch.tensor([float(ctx.rank + 1)])
+            dist.all_reduce(t, group=group)
+            ctx.expect_equal(f"{what}: all_reduce of (global rank + 1) over the group",
+                             float(sum(m + 1 for m in ranks)), t.item())
+    dist.barrier()
 
 
 @check("SPLIT-VALIDATION")
