@@ -301,6 +301,10 @@ def _beside_large_collectives(ctx: CheckContext) -> None:
     then does rank 0 post its receives, all on the world: each all_reduce gives the exact sum, each receive the
     message sent before them (a backend whose collective bookkeeping overwrites what a sender posted for rank 0
     loses it)."""
+    if not ctx.target.traits.sends_pass_collectives:
+        ctx.note("sends outstanding across the group's collectives not tried: on this stack a send holds the "
+                 "device queue of the group's collectives until its receive is posted (Traits.sends_pass_collectives)")
+        return
     n, r = ctx.world_size, ctx.rank
     sent = torch.tensor([r * 100.0 + 7, -r * 100.0 - 7], device=ctx.device)
     work = dist.isend(sent, 0) if r != 0 else None

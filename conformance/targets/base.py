@@ -115,6 +115,9 @@ class Traits:
     warnings_on_stderr: bool = False
     # Where wait() only orders device streams: how long P2P-MISMATCH waits on a receive (None: plain wait()).
     p2p_wait_timeout_s: float | None = None
+    # Whether a send may stay outstanding while its receiver first runs collectives of the same group (False
+    # where a send blocks the device queue it shares with the group's collectives until its receive is posted).
+    sends_pass_collectives: bool = True
 
 
 class Target(abc.ABC):

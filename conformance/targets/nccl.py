@@ -288,6 +288,10 @@ class NcclTarget(Target):
     # on purpose, in a process of its own whose first world is its own.
     fresh_process_capabilities = frozenset({"split"})
     traits = Traits(
+        # ncclSend "is blocking for the GPU" (NCCL v2.30.7 src/nccl.h.in:585, docs/userguide/source/api/p2p.rst:23),
+        # and under eager init a group's sends run on its collectives' communicator (P2P-EAGER-REUSE): a send
+        # whose receiver runs collectives of that group before receiving waits for a receive queued behind them.
+        sends_pass_collectives=False,
         # ProcessGroupNCCL's lazy-P2P warning: "... An unbatched P2P op (send/recv) was called on this
         # ProcessGroup with size N.  In lazy initialization mode, this will result in a new 2-rank NCCL
         # communicator to be created." (in torch 2.15.0's libtorch_cuda.so; a TORCH_WARN_ONCE, hence the
