@@ -24,10 +24,14 @@ last ranks always, and seeded samples.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +41,7 @@ from conformance.checks.cases import Case, Plan
 from conformance.checks.common import Findings, Needle, default_mode, expect_raises
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
+from conformance.targets.base import WorldSpec
 
 GROUP_WAIT_S = 1.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
 ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
@@ -344,7 +349,36 @@ def absent_peer(ctx: CheckContext) -> None:
                    "init), which no rank sends to", any_wait, _any_peer(ctx), any_start)
     dist.barrier()
     _absent_sender(ctx, found)  # every rank goes on (a failed case is recorded), so the ranks stay in step
+    _absent_on_file_store(ctx, found)
     found.conclude()
+
+
+def _absent_on_file_store(ctx: CheckContext, found: Findings) -> None:
+    """The same on a lazily initialised world whose store is a FileStore (file:// init), not a TCPStore: an
+    all_reduce the last rank never joins, on a fresh group, raises on the others within its timeout (a backend
+    that waits for a peer's arrival in the store cannot lean on the TCPStore's own timeout there)."""
+    n, absent = ctx.world_size, ctx.world_size - 1
+    if ctx.rank == 0:
+        ctx.store.set("absent-peer-folder", tempfile.mkdtemp(prefix="cf-absent-"))
+    folder = Path(ctx.store.get("absent-peer-folder").decode())
+    dist.barrier()
+    dist.destroy_process_group()
+    try:
+        ctx.target.init_world(dist.FileStore(str(folder / "store"), n), ctx.rank, n, WorldSpec(mode="lazy"),
+                              ctx.timeout_s)
+        group = ctx.new_group(list(range(n)), timeout_s=ABSENT_WAIT_S)
+        if ctx.rank != absent:
+            start = time.monotonic()
+            wait = _issue(ctx, "all_reduce", group, absent)
+            found.case(_peer_raises, ctx, f"all_reduce that rank {absent} never joins, on a FileStore world (lazy "
+                       "init)", wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
+        dist.barrier()
+    finally:  # the FileStore's folder goes, the case passed or not
+        ctx.store.set(f"absent-peer-done/{ctx.rank}", "1")
+        if ctx.rank == 0:
+            with contextlib.suppress(Exception):
+                ctx.store.wait([f"absent-peer-done/{r}" for r in range(n)], timedelta(seconds=ctx.timeout_s))
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _partner(ctx: CheckContext) -> int | None:
