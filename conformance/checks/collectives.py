@@ -90,6 +90,22 @@ def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: s
                    untouched)
 
 
+def _premul_sum_case(ctx: CheckContext) -> None:
+    """all_reduce with dist._make_nccl_premul_sum(2.0) (torch builds it for NCCL; its front end passes it to any
+    backend, v2.13.0 distributed_c10d.py all_reduce): the exact 2 x sum, or a refusal naming PREMUL_SUM (gloo:
+    'Cannot use ReduceOp.PREMUL_SUM with Gloo', seen on 2.13.0), never one naming another op; then SUM is exact."""
+    n = ctx.world_size
+    t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    what = "world: all_reduce PREMUL_SUM (dist._make_nccl_premul_sum(2.0)) of float32[4]"
+    if optional_case(ctx, what, lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)), ("PREMUL_SUM",)):
+        want = [float(n * (n + 1))] * 4  # 2.0 x (1 + ... + n), exact in float32
+        ctx.expect(ref.mismatch(t, want, t.dtype) is None, what, want, t.tolist())
+    after = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    dist.all_reduce(after)
+    want = [float(n * (n + 1) // 2)] * 4
+    ctx.expect(ref.mismatch(after, want, after.dtype) is None, f"{what}: then all_reduce SUM", want, after.tolist())
+
+
 @check("COLL-ALLREDUCE-OPS")
 def allreduce_ops(ctx: CheckContext) -> None:
     """all_reduce: every reduce op x dtype on the world; shapes; the reduce ops over every group shape."""
@@ -105,7 +121,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
         for op in ("SUM", "MAX"):
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=0, salt=1)
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1025, salt=2)
-    ctx.note("PREMUL_SUM not checked: torch builds it for NCCL only (_make_nccl_premul_sum)")
+    found.case(_premul_sum_case, ctx)
     run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
