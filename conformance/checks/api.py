@@ -21,6 +21,7 @@ from conformance.checks.common import (
     Findings,
     default_mode,
     expect_allreduce_members,
+    expect_raises,
     new_comms,
     optional_case,
     options_part,
@@ -70,6 +71,7 @@ def work_future(ctx: CheckContext) -> None:
     """An async op's Work: wait(timeout) returns True, is_completed() is then True, get_future() carries the
     op's exact output, and a callback chained on it runs once with that value."""
     ctx.init_world(default_mode(ctx))
+    _p2p_works(ctx)  # first: gloo's (waived) all_gather_into_tensor future stops the check below
     for op, launch, out, want in _async_cases(ctx):
         work = launch()
         future = work.get_future()
@@ -78,6 +80,7 @@ def work_future(ctx: CheckContext) -> None:
         ctx.expect_equal(f"{op}: work.wait(timeout={ctx.timeout_s} s)", True,
                          work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
         ctx.expect_equal(f"{op}: work.is_completed() after wait()", True, work.is_completed())
+        _expect_success(ctx, op, work)
         ctx.expect_equal(f"{op}: work.wait(timeout) again, on the completed work", True,
                          work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
         ctx.expect(mismatch(out, want, out.dtype) is None, f"{op}: output after wait()", want, out.tolist())
@@ -92,6 +95,35 @@ def work_future(ctx: CheckContext) -> None:
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
     _zero_timeout_waits(ctx)
+
+
+def _expect_success(ctx: CheckContext, what: str, work: dist.Work) -> None:
+    """After wait() returned, work.is_success() is True (c10d Work::isSuccess: no exception, v2.13.0
+    torch/csrc/distributed/c10d/Work.cpp; gloo's works inherit it). ProcessGroupNCCL's WorkNCCL::isSuccess
+    throws NotImplementedError('WorkNCCL::isSuccess() is deprecated'): that refusal is noted, not failed."""
+    try:
+        ok = work.is_success()
+    except NotImplementedError as exc:
+        if "deprecated" not in str(exc):
+            raise CheckFailed(f"rank {ctx.rank}: {what}: work.is_success() after wait(): expected True (or "
+                              f"NCCL's 'is deprecated' refusal), observed NotImplementedError: {exc}") from None
+        ctx.note(f"{what}: work.is_success() refused as deprecated ({exc})")
+        return
+    ctx.expect_equal(f"{what}: work.is_success() after wait()", True, ok)
+
+
+def _p2p_works(ctx: CheckContext) -> None:
+    """An isend/irecv pair between the first and the last rank: both works succeed once waited, the data exact."""
+    n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    if n < 2 or ctx.rank not in (first, last):
+        return
+    t = torch.full((3,), 7.0, device=ctx.device) if ctx.rank == first else torch.zeros(3, device=ctx.device)
+    what = f"isend to rank {last}" if ctx.rank == first else f"irecv from rank {first}"
+    work = dist.isend(t, dst=last) if ctx.rank == first else dist.irecv(t, src=first)
+    ctx.expect_equal(f"{what}: work.wait(timeout={ctx.timeout_s} s)", True,
+                     work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
+    _expect_success(ctx, what, work)
+    ctx.expect(mismatch(t, [7.0] * 3, t.dtype) is None, f"{what}: the tensor after wait()", [7.0] * 3, t.tolist())
 
 
 def _zero_timeout_waits(ctx: CheckContext) -> None:
@@ -379,11 +411,27 @@ def list_collectives(ctx: CheckContext) -> None:
     lists = [[torch.zeros(1, device=dev), torch.zeros(2, device=dev)] for _ in range(n)]
     if optional_case(ctx, "all_gather_coalesced", lambda: dist.all_gather_coalesced(
             lists, [torch.tensor(block(r, 0), device=dev), torch.tensor(block(r, 1), device=dev)]),
-            declined("allgather_coalesced", "all_gather_coalesced")):
+            UNSUPPORTED):  # gloo runs it: a backend has it or says it has not, as for gather_single
         for j, pair in enumerate(lists):
             for k, t in enumerate(pair):
                 found.case(_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
+        found.case(_coalesced_longer_refused, ctx, block)
     found.conclude()
+
+
+def _coalesced_longer_refused(ctx: CheckContext, block: Callable[[int, int], list[float]]) -> None:
+    """all_gather_coalesced whose output lists are one longer than the inputs is refused on every rank naming the
+    mismatch (torch's front end checks only that each is a list of tensors, v2.13.0 distributed_c10d.py:4523-4531:
+    'C++ code will do shape and type checking', :4518; gloo: 'ProcessGroupGloo::allgather_coalesced: invalid
+    output size: (expected length 2, got 3)', seen on 2.13.0 and 2.15.0); then the world's all_reduce is exact."""
+    dev = ctx.device
+    longer = [[torch.zeros(1, device=dev), torch.zeros(2, device=dev), torch.zeros(2, device=dev)]
+              for _ in range(ctx.world_size)]
+    ins = [torch.tensor(block(ctx.rank, 0), device=dev), torch.tensor(block(ctx.rank, 1), device=dev)]
+    expect_raises(ctx, "all_gather_coalesced with output lists of 3 tensors for 2 inputs",
+                  lambda: dist.all_gather_coalesced(longer, ins), contains=(("output",), ("input", "expected length")))
+    expect_allreduce_members(ctx, dist.group.WORLD, list(range(ctx.world_size)),
+                             "world after the refused all_gather_coalesced")
 
 
 def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]]) -> None:
@@ -398,6 +446,7 @@ def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int
         return
     n, r, dev = ctx.world_size, ctx.rank, ctx.device
     want = [x for j in range(n) for x in block(j, 2)]
+    ran = False
     for root in range(n):
         for layout in ("contiguous", "strided"):
             whole = torch.full((n * 3, 2), -1.0, device=dev)
@@ -405,8 +454,41 @@ def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int
             if optional_case(ctx, f"gather_single to root {root} ({layout} output)",
                              lambda got=got, root=root: gather_single(torch.tensor(block(r, 2), device=dev), got,
                                                                       dst=root),
-                             UNSUPPORTED) and got is not None:
-                found.case(_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")
+                             UNSUPPORTED):
+                ran = True
+                if got is not None:
+                    found.case(_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")
+    if ran:  # every rank alike: a backend declines an op on every rank or on none
+        found.case(_gather_single_oversized, ctx, gather_single)
+
+
+def _gather_single_oversized(ctx: CheckContext, gather_single: Callable[..., Any]) -> None:
+    """gather_single of 2 elements per rank into 2n + 1 on root 0 is refused there, naming both sizes (torch 2.15
+    checks the dtypes only, v2.15.0 distributed_c10d.py:5805 _ensure_all_tensors_same_dtype, not the size); the
+    other ranks raise too or return, never hang; then gather_single into 2n elements is exact."""
+    n, r, dev = ctx.world_size, ctx.rank, ctx.device
+    mine = torch.tensor([float(10 * r), float(10 * r + 1)], device=dev)
+    big = torch.full((2 * n + 1,), -1.0, device=dev) if r == 0 else None
+    what = f"gather_single of float32[2] per rank into float32[{2 * n + 1}] on root 0"
+    failed: CheckFailed | None = None
+    if r == 0:
+        try:
+            expect_raises(ctx, what, lambda: gather_single(mine, big, dst=0),
+                          contains=(str(2 * n + 1), ("[2]", f"{n} x", str(2 * n))))
+        except CheckFailed as exc:  # reported after the steps every rank takes, so that the ranks stay in step
+            failed = exc
+    else:
+        with contextlib.suppress(Exception):  # a peer may be told of the root's refusal, or not
+            gather_single(mine, None, dst=0)
+    dist.barrier()
+    exact = torch.full((2 * n,), -1.0, device=dev) if r == 0 else None
+    gather_single(mine, exact, dst=0)
+    if failed is not None:
+        raise failed
+    if exact is not None:
+        want = [float(10 * j + i) for j in range(n) for i in range(2)]
+        ctx.expect(mismatch(exact, want, exact.dtype) is None, f"{what}: then into float32[{2 * n}]", want,
+                   exact.tolist())
 
 
 def _exact(ctx: CheckContext, got: torch.Tensor, want: list[float], what: str) -> None:

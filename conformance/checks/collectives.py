@@ -18,7 +18,14 @@ import torch.distributed as dist
 from conformance.checks import collective_cases as cc
 from conformance.checks import collective_refusals  # noqa: F401 - registers the refusal checks of this area
 from conformance.checks import reference as ref
-from conformance.checks.common import Findings, default_mode, optional_case, positive_control, sweep_groups
+from conformance.checks.common import (
+    Findings,
+    default_mode,
+    expect_raises,
+    optional_case,
+    positive_control,
+    sweep_groups,
+)
 from conformance.checks.generated import run_plan
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
@@ -90,6 +97,22 @@ def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: s
                    untouched)
 
 
+def _premul_sum_case(ctx: CheckContext) -> None:
+    """all_reduce with dist._make_nccl_premul_sum(2.0) (torch builds it for NCCL; its front end passes it to any
+    backend, v2.13.0 distributed_c10d.py all_reduce): the exact 2 x sum, or a refusal naming PREMUL_SUM (gloo:
+    'Cannot use ReduceOp.PREMUL_SUM with Gloo', seen on 2.13.0), never one naming another op; then SUM is exact."""
+    n = ctx.world_size
+    t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    what = "world: all_reduce PREMUL_SUM (dist._make_nccl_premul_sum(2.0)) of float32[4]"
+    if optional_case(ctx, what, lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)), ("PREMUL_SUM",)):
+        want = [float(n * (n + 1))] * 4  # 2.0 x (1 + ... + n), exact in float32
+        ctx.expect(ref.mismatch(t, want, t.dtype) is None, what, want, t.tolist())
+    after = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    dist.all_reduce(after)
+    want = [float(n * (n + 1) // 2)] * 4
+    ctx.expect(ref.mismatch(after, want, after.dtype) is None, f"{what}: then all_reduce SUM", want, after.tolist())
+
+
 @check("COLL-ALLREDUCE-OPS")
 def allreduce_ops(ctx: CheckContext) -> None:
     """all_reduce: every reduce op x dtype on the world; shapes; the reduce ops over every group shape."""
@@ -105,7 +128,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
         for op in ("SUM", "MAX"):
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=0, salt=1)
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1025, salt=2)
-    ctx.note("PREMUL_SUM not checked: torch builds it for NCCL only (_make_nccl_premul_sum)")
+    found.case(_premul_sum_case, ctx)
     run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
@@ -151,10 +174,10 @@ def _gather_cases(ctx: CheckContext, group: Any, members: list[int], label: str)
         want = ref.combine([ref.values(m, 2, dtype, salt=17 + me) for m in members], "SUM", dtype)
         out2 = torch.zeros(2, dtype=dtype, device=ctx.device)
         what = f"{label}: reduce_scatter (list) SUM of {ref.dtype_name(dtype)}"  # torch 2.13 says "No backend
-        # type associated with device type" when the backend lacks the method: accepted as its refusal
+        # type associated with device type" when the backend lacks the method: accepted as its refusal. gloo runs
+        # it (2.13.0, 2.15.0): a refusal must say the op (or dtype) is unsupported, not merely name the op
         if optional_case(ctx, what, lambda o=out2, c=chunks: dist.reduce_scatter(o, c, group=group),
-                         _refusal_names("reduce_scatter", dtype, "ReduceScatter", "not supported",
-                                                        "No backend type associated")):
+                         ("does not support", "not supported", "unsupported", "No backend type associated")):
             bad = ref.mismatch(out2, want, dtype)
             ctx.expect(bad is None, f"{what}: chunk {me} of every member's list", want, bad)
 
@@ -228,7 +251,25 @@ def gather_scatter_order(ctx: CheckContext) -> None:
         if label == "world" or members == list(range(1, ctx.world_size)):  # the world and a subgroup of one
             run_plan(ctx, found, cc.GATHER, lambda c, g=group, m=members, lb=label: cc.gather_case(ctx, g, m, lb, c),
                      members, label)
+    found.case(_reduce_scatter_tensor_bad_input, ctx)
     found.conclude()
+
+
+def _reduce_scatter_tensor_bad_input(ctx: CheckContext) -> None:
+    """reduce_scatter_tensor of an input of 3n elements into an output of 2 is refused on every rank naming the
+    input's size (torch checks only that each is one tensor, v2.13.0 distributed_c10d.py:4913-4914 in
+    reduce_scatter_single: the size check is the backend's; gloo: 'Check failed: outputShape[0] * worldSize ==
+    inputShape[0] (4 vs. 6)', seen on 2.13.0 and 2.15.0); then a correctly sized one is exact."""
+    n, dev = ctx.world_size, ctx.device
+    what = f"world: reduce_scatter_tensor of float32[{3 * n}] into float32[2]"
+    out, inp = torch.zeros(2, device=dev), torch.zeros(3 * n, device=dev)
+    expect_raises(ctx, what, lambda: dist.reduce_scatter_tensor(out, inp),
+                  contains=(("input",), str(3 * n)))
+    out = torch.zeros(2, device=dev)
+    dist.reduce_scatter_tensor(out, torch.arange(2 * n, dtype=torch.float32, device=dev) + ctx.rank)
+    want = [float(n * (2 * ctx.rank + i) + n * (n - 1) // 2) for i in range(2)]
+    ctx.expect(ref.mismatch(out, want, out.dtype) is None, f"{what}: then float32[{2 * n}] into float32[2]", want,
+               out.tolist())
 
 
 @check("COLL-ROOTED")

@@ -77,6 +77,9 @@ def lazy_subgroup_options(ctx: CheckContext) -> None:
     upper = ranks[1:] or ranks
     groups = [(what, dist.new_group(members, pg_options=options_part(ctx).make(**OPTIONS)), members)
               for what, members in (("whole-world subgroup", ranks), (f"subgroup {upper}", upper))]
+    for what, group, members in groups:
+        if ctx.rank in members:
+            _expect_config_before_comm(ctx, group, what)
     expect_allreduce_members(ctx, world, ranks, "lazy world")
     for what, group, members in groups:
         if ctx.rank in members:
@@ -85,6 +88,22 @@ def lazy_subgroup_options(ctx: CheckContext) -> None:
     world_config = _config(ctx, world, "lazy world")
     leaked = {k: world_config.get(k) for k in OPTIONS if world_config.get(k) == OPTIONS[k]}
     ctx.expect(not leaked, "the lazy world's config after its subgroups were given options", "defaults", leaked)
+
+
+def _expect_config_before_comm(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> None:
+    """Before a lazy group's first op its communicator does not exist: the target may show no config (None, as
+    NCCL's log shows none), or the one the communicator will get, which is the group's options; never an error."""
+    try:
+        config = config_part(ctx).effective(group, ctx.probe)
+    except Exception as exc:  # noqa: BLE001 - any error reading the config of a group without a communicator
+        raise CheckFailed(f"rank {ctx.rank}: {what}: reading the effective config before its first collective "
+                          f"raised {type(exc).__name__}: {exc}") from None
+    if config is None:
+        ctx.note(f"{what}: no effective config shown before its first collective (no communicator yet)")
+        return
+    for key, value in OPTIONS.items():
+        ctx.expect_equal(f"{what}: effective {key} before its first collective (the config it will get)", value,
+                         config.get(key))
 
 
 @check("HINT-SPLIT-OPTIONS")

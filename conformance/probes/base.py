@@ -166,8 +166,9 @@ class CombinedProbe:
         return len(self._marks) - 1
 
     def protocol_breach(self) -> str | None:
-        """Where a part's ``events()`` without ``since`` differs from ``events(since=0)``, or ``events(kind)`` returns
-        another kind, what differs, else None.
+        """Where a part's ``events()`` without ``since`` differs from ``events(since=0)``, ``events(kind)`` returns
+        another kind, or an equal kind string built at run time (not the interned literal) gets other events than
+        the literal, what differs, else None.
 
         The protocol's default is ``since=0`` (conformance.probe.Probe, docs/vendor-guide.md section 4); the
         suite itself always passes its marks, so only this comparison shows a vendor probe whose default
@@ -180,9 +181,15 @@ class CombinedProbe:
                     return (f"{type(part).__name__}.events() without since returned {len(default)} event(s), "
                             f"events(since=0) {len(start)}: the probe protocol's default is since=0")
                 for kind in sorted(part.observes):
-                    other = sorted({e.get("kind") for e in part.events(kind, 0)} - {kind})
+                    asked = part.events(kind, 0)
+                    other = sorted({e.get("kind") for e in asked} - {kind})
                     if other:
                         return f"{type(part).__name__}.events({kind!r}) returned events of kind {other}"
+                    built = kind[:1] + kind[1:]  # an equal kind string that is not the literal's object
+                    if built is not kind and part.events(built, 0) != asked:
+                        return (f"{type(part).__name__}.events() with {kind!r} built at run time returned "
+                                f"{len(part.events(built, 0))} event(s), with the literal {len(asked)}: kinds "
+                                "must be compared by value")
             except NotObservable:
                 continue
         return None

@@ -64,3 +64,18 @@ def test_world_comm_fails_on_a_breach() -> None:
         world_comm(ctx)
     ctx.probe = combine(_recorded(CommLog()))
     assert world_comm(ctx)["comm"] == "toy:0"
+
+
+class ByIdentity(CommLog):
+    """toyccl's log whose kind filter compares by identity (the mutant events.py:22 ``is``)."""
+
+    def events(self, kind: str | None = None, since: int = 0) -> list[dict[str, Any]]:
+        return [e for e in self._events[since:] if kind is None or e["kind"] is kind]
+
+
+def test_a_kind_filter_by_identity_is_named() -> None:
+    log = _recorded(ByIdentity())
+    assert log.events("comm_created"), "the literal kind still finds its events (positive control)"
+    assert log.events("".join(("comm_", "created"))) == []  # a kind built at run time finds none
+    breach = combine(log).protocol_breach()
+    assert breach is not None and "compared by value" in breach, breach
