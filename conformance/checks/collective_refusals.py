@@ -38,15 +38,21 @@ import torch
 import torch.distributed as dist
 
 from conformance.checks.cases import Case, Plan
-from conformance.checks.common import Findings, Needle, default_mode, expect_raises
+from conformance.checks.common import (
+    PEER_SLACK_S,
+    TIMEOUT_NEEDLE,
+    Findings,
+    Needle,
+    default_mode,
+    expect_peer_raises,
+    expect_raises,
+    finish_work,
+)
 from conformance.checks.registry import CheckContext, check
-from conformance.outcomes import CheckFailed
 from conformance.targets.base import WorldSpec
 
 GROUP_WAIT_S = 1.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
 ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
-SLACK_S = 15.0  # how much later than its group's timeout a peer's error may come (6 s seen at load 80 on 2 cores)
-TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
 BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
             "all_to_all_single: split sum")
 BAD_TENSORS = ("all_to_all_single: rows differ", "all_to_all_single: 0-dim input")  # input and output do not fit
@@ -83,28 +89,6 @@ def _fresh_group(ctx: CheckContext, timeout_s: float | None) -> dist.ProcessGrou
     """A group of every rank, used for one refusal case only, after the world is in step again."""
     dist.barrier()
     return ctx.new_group(list(range(ctx.world_size)), timeout_s=timeout_s)
-
-
-def _finish(ctx: CheckContext, what: str, work: dist.Work) -> None:
-    """Wait for ``work``; on a target whose ``wait()`` only orders device streams (``Traits.p2p_wait_timeout_s``
-    set, e.g. NCCL) with that timeout, so that an op the device never completes raises instead of looking done."""
-    wait_s = ctx.target.traits.p2p_wait_timeout_s
-    if wait_s is None:
-        work.wait()
-    elif not work.wait(timedelta(seconds=wait_s)):
-        raise CheckFailed(f"rank {ctx.rank}: {what}: wait({wait_s} s) returned False")
-
-
-def _peer_raises(ctx: CheckContext, what: str, fn: Callable[[], Any], names: tuple[Needle, ...],
-                 timeout_s: float, start: float | None = None) -> None:
-    """``fn`` must raise, naming ``names`` or as a timeout, within ``timeout_s`` plus slack of ``start`` (default:
-    now): never return."""
-    start = time.monotonic() if start is None else start
-    expect_raises(ctx, what, fn, contains=names, timeout_contains=(TIMEOUT_NEEDLE,))
-    took = time.monotonic() - start
-    timeout_s += ctx.target.traits.p2p_wait_timeout_s or 0.0
-    ctx.expect(took <= timeout_s + SLACK_S, f"{what}: seconds until the error", f"<= {timeout_s + SLACK_S}",
-               round(took, 1))
 
 
 # ------------------------------------------------------------------ COLL-BAD-ARGS-REFUSED
@@ -182,15 +166,15 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
     # A peer with valid arguments: the op must not complete for it either.
     if op == "all_gather":
         outs, inp = _gather_lists(ctx, ctx.world_size)
-        call: Callable[[], Any] = lambda: _finish(ctx, op, dist.all_gather(outs, inp, group=group,  # noqa: E731
+        call: Callable[[], Any] = lambda: finish_work(ctx, op, dist.all_gather(outs, inp, group=group,  # noqa: E731
                                                                           async_op=True))
     else:
         out, inp, splits = _a2a_args(ctx, None)
-        call = lambda: _finish(ctx, op, dist.all_to_all_single(  # noqa: E731
+        call = lambda: finish_work(ctx, op, dist.all_to_all_single(  # noqa: E731
             out[:ctx.world_size], inp, splits, splits, group=group, async_op=True))
     # gloo: a peer whose wait timed out closes its connections, and the others then read "Connection closed by
     # peer" (seen on 2.13.0 at world size 4) before their own timeout: an error about the op all the same
-    _peer_raises(ctx, f"{case.describe()}: a peer with valid arguments", call,
+    expect_peer_raises(ctx, f"{case.describe()}: a peer with valid arguments", call,
                  ((op, f"rank {bad}", "connection closed"),), GROUP_WAIT_S)
 
 
@@ -318,7 +302,7 @@ def _issue(ctx: CheckContext, op: str, group: dist.ProcessGroup, absent: int) ->
         def reraise() -> None:
             raise error
         return reraise
-    return lambda: _finish(ctx, op, work)
+    return lambda: finish_work(ctx, op, work)
 
 
 @check("COLL-ABSENT-PEER")
@@ -342,7 +326,7 @@ def absent_peer(ctx: CheckContext) -> None:
     found = Findings(ctx)
     for case, start, wait in issued:
         absent = case["absent rank"]
-        found.case(_peer_raises, ctx, f"{case.describe()}: {case['op']} that rank {absent} never joins", wait,
+        found.case(expect_peer_raises, ctx, f"{case.describe()}: {case['op']} that rank {absent} never joins", wait,
                    ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
     if any_wait is not None:
         found.case(_recv_raises, ctx, f"recv from any source on a group of the check's world ({default_mode(ctx)} "
@@ -370,8 +354,8 @@ def _absent_on_file_store(ctx: CheckContext, found: Findings) -> None:
         if ctx.rank != absent:
             start = time.monotonic()
             wait = _issue(ctx, "all_reduce", group, absent)
-            found.case(_peer_raises, ctx, f"all_reduce that rank {absent} never joins, on a FileStore world (lazy "
-                       "init)", wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
+            found.case(expect_peer_raises, ctx, f"all_reduce that rank {absent} never joins, on a FileStore world "
+                       "(lazy init)", wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
         dist.barrier()
     finally:  # the FileStore's folder goes, the case passed or not
         ctx.store.set(f"absent-peer-done/{ctx.rank}", "1")
@@ -399,7 +383,7 @@ def _receive(ctx: CheckContext, group: dist.ProcessGroup, src: int | None) -> Ca
         def reraise() -> None:
             raise error
         return reraise
-    return lambda: _finish(ctx, "recv", work)
+    return lambda: finish_work(ctx, "recv", work)
 
 
 def _absent_sender(ctx: CheckContext, found: Findings) -> None:
@@ -420,7 +404,7 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
         mine = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
         got = torch.zeros(4, device=ctx.device)
         for work in (dist.isend(mine, peer), dist.irecv(got, peer)):
-            _finish(ctx, "send/recv between partners", work)
+            finish_work(ctx, "send/recv between partners", work)
         ctx.expect_equal(f"recv from rank {peer} (positive control)", [float(peer + 1)] * 4, got.tolist())
     named, anyg = _fresh_group(ctx, ABSENT_WAIT_S), _fresh_group(ctx, ABSENT_WAIT_S)
     start = time.monotonic()
@@ -449,5 +433,5 @@ def _recv_raises(ctx: CheckContext, what: str, wait: Callable[[], None], peer_na
     another error naming the recv and the peer."""
     expect_raises(ctx, what, wait, contains=("recv", peer_named), timeout_contains=(TIMEOUT_NEEDLE,))
     took = time.monotonic() - start
-    limit = ABSENT_WAIT_S + (ctx.target.traits.p2p_wait_timeout_s or 0.0) + SLACK_S
+    limit = ABSENT_WAIT_S + (ctx.target.traits.p2p_wait_timeout_s or 0.0) + PEER_SLACK_S
     ctx.expect(took <= limit, f"{what}: seconds until the error", f"<= {limit}", round(took, 1))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -142,6 +145,32 @@ def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseE
         raise CheckFailed(f"rank {ctx.rank}: {what}: expected {[k.__name__ for k in kinds]}, observed "
                           f"{type(exc).__name__}: {exc}") from None
     raise CheckFailed(f"rank {ctx.rank}: {what}: expected an error, observed success")
+
+
+# how much later than its group's timeout a peer's error may come (6 s seen at load 80 on 2 cores)
+PEER_SLACK_S = 15.0
+TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
+
+
+def finish_work(ctx: CheckContext, what: str, work: dist.Work) -> None:
+    """Wait for ``work``; on a target whose ``wait()`` only orders device streams (``Traits.p2p_wait_timeout_s``
+    set, e.g. NCCL) with that timeout, so that an op the device never completes raises instead of looking done."""
+    wait_s = ctx.target.traits.p2p_wait_timeout_s
+    if wait_s is None:
+        work.wait()
+    elif not work.wait(timedelta(seconds=wait_s)):
+        raise CheckFailed(f"rank {ctx.rank}: {what}: wait({wait_s} s) returned False")
+
+
+def expect_peer_raises(ctx: CheckContext, what: str, fn: Callable[[], Any], names: tuple[Needle, ...],
+                       timeout_s: float, start: float | None = None, slack_s: float = PEER_SLACK_S) -> None:
+    """``fn`` must raise, naming ``names`` or as a timeout, within ``timeout_s`` plus ``slack_s`` of ``start``
+    (default: now): never return."""
+    start = time.monotonic() if start is None else start
+    expect_raises(ctx, what, fn, contains=names, timeout_contains=(TIMEOUT_NEEDLE,))
+    took = time.monotonic() - start
+    limit = timeout_s + (ctx.target.traits.p2p_wait_timeout_s or 0.0) + slack_s
+    ctx.expect(took <= limit, f"{what}: seconds until the error", f"<= {limit}", round(took, 1))
 
 
 def optional_case(ctx: CheckContext, what: str, fn: Any, names: tuple[str, ...]) -> bool:
