@@ -21,6 +21,7 @@ from conformance.checks.common import (
     Findings,
     default_mode,
     expect_allreduce_members,
+    expect_exact,
     expect_raises,
     new_comms,
     optional_case,
@@ -83,7 +84,7 @@ def work_future(ctx: CheckContext) -> None:
         _expect_success(ctx, op, work)
         ctx.expect_equal(f"{op}: work.wait(timeout) again, on the completed work", True,
                          work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
-        ctx.expect(mismatch(out, want, out.dtype) is None, f"{op}: output after wait()", want, out.tolist())
+        expect_exact(ctx, out, want, f"{op}: output after wait()")
         value = future.wait()
         carried, listed = _future_tensor(value)
         ctx.expect(carried is not None, f"{op}: get_future()'s value", "the output tensor (in a list)", value)
@@ -123,7 +124,7 @@ def _p2p_works(ctx: CheckContext) -> None:
     ctx.expect_equal(f"{what}: work.wait(timeout={ctx.timeout_s} s)", True,
                      work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
     _expect_success(ctx, what, work)
-    ctx.expect(mismatch(t, [7.0] * 3, t.dtype) is None, f"{what}: the tensor after wait()", [7.0] * 3, t.tolist())
+    expect_exact(ctx, t, [7.0] * 3, f"{what}: the tensor after wait()")
 
 
 def _zero_timeout_waits(ctx: CheckContext) -> None:
@@ -136,9 +137,8 @@ def _zero_timeout_waits(ctx: CheckContext) -> None:
     work = dist.all_reduce(t, async_op=True)
     ctx.expect_equal("all_reduce (the last rank 0.3 s late): work.wait(timeout=timedelta(0)), no timeout", True,
                      work.wait(timeout=timedelta(0)))
-    ctx.expect(mismatch(t, [float(n * (n + 1) // 2)] * 4, t.dtype) is None,
-               "all_reduce (the last rank 0.3 s late): output after wait(timedelta(0))", [float(n * (n + 1) // 2)] * 4,
-               t.tolist())
+    expect_exact(ctx, t, [float(n * (n + 1) // 2)] * 4, "all_reduce (the last rank 0.3 s late): output after "
+                 "wait(timedelta(0))")
 
 
 @check("API-BOUNDARY-ACCEPTED")
@@ -155,8 +155,7 @@ def boundary_accepted(ctx: CheckContext) -> None:
             dist.send(t, dst=last, tag=tag)
         elif ctx.rank == last:
             dist.recv(t, src=first, tag=tag)
-            ctx.expect(mismatch(t, [float(tag % 1000 + 1)] * 3, t.dtype) is None,
-                       f"recv from rank {first} with tag {tag}", [float(tag % 1000 + 1)] * 3, t.tolist())
+            expect_exact(ctx, t, [float(tag % 1000 + 1)] * 3, f"recv from rank {first} with tag {tag}")
     if "options" not in ctx.target.capabilities:
         return
     for fields in ({"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4}):
@@ -340,7 +339,7 @@ def singleton_group(ctx: CheckContext) -> None:
     for op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX):
         x = t()
         dist.all_reduce(x, op=op, group=alone)
-        ctx.expect(mismatch(x, mine, x.dtype) is None, f"all_reduce {op} on new_group([{r}])", mine, x.tolist())
+        expect_exact(ctx, x, mine, f"all_reduce {op} on new_group([{r}])")
     cases: dict[str, Callable[[], torch.Tensor]] = {
         "broadcast": lambda: _ran(dist.broadcast, (x := t()), x, group_src=0, group=alone),
         "reduce": lambda: _ran(dist.reduce, (x := t()), x, dst=r, group=alone),
@@ -353,7 +352,7 @@ def singleton_group(ctx: CheckContext) -> None:
     }
     for op, run in cases.items():
         got = run()
-        ctx.expect(mismatch(got, mine, got.dtype) is None, f"{op} on new_group([{r}])", mine, got.tolist())
+        expect_exact(ctx, got, mine, f"{op} on new_group([{r}])")
     dist.barrier(group=alone)
     expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after the one-member groups")
 
@@ -384,37 +383,37 @@ def list_collectives(ctx: CheckContext) -> None:
         if optional_case(ctx, f"gather to root {root}", lambda got=got, root=root: dist.gather(
                 torch.tensor(block(r, 2), device=dev), gather_list=got, dst=root), declined("gather")) and got:
             for j, t in enumerate(got):
-                found.case(_exact, ctx, t, block(j, 2), f"gather to root {root}: block from rank {j}")
+                found.case(expect_exact, ctx, t, block(j, 2), f"gather to root {root}: block from rank {j}")
         out = torch.zeros(3, device=dev)  # gloo scatters equal sizes only
         sent = [torch.tensor(block(root, j)[:1] * 3, device=dev) for j in range(n)] if r == root else None
         if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
                 out, scatter_list=sent, src=root), declined("scatter")):
-            found.case(_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
+            found.case(expect_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
     _gather_single(ctx, found, block)
     outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
     ins = [torch.tensor(block(r, j), device=dev) for j in range(n)]
     if optional_case(ctx, "all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins),
                      declined("alltoall", "all_to_all")):
         for j, t in enumerate(outs):
-            found.case(_exact, ctx, t, block(j, r), f"all_to_all: block from rank {j}")
+            found.case(expect_exact, ctx, t, block(j, r), f"all_to_all: block from rank {j}")
     # equal shapes, which gloo supports (it refuses the uneven ones above for their sizes): a backend may decline
     # the list form only as unsupported, not refuse these shapes as disagreeing
     outs = [torch.zeros(2, device=dev) for _ in range(n)]
     ins = [torch.tensor(block(r, j)[:1] * 2, device=dev) for j in range(n)]
     if optional_case(ctx, "all_to_all (lists, equal shapes)", lambda: dist.all_to_all(outs, ins), UNSUPPORTED):
         for j, t in enumerate(outs):
-            found.case(_exact, ctx, t, block(j, r)[:1] * 2, f"all_to_all, equal shapes: block from rank {j}")
+            found.case(expect_exact, ctx, t, block(j, r)[:1] * 2, f"all_to_all, equal shapes: block from rank {j}")
     gathered = [torch.zeros(2, device=dev) for _ in range(n)]
     dist.all_gather(gathered, torch.tensor(block(r, 1), device=dev))
     for j, t in enumerate(gathered):
-        found.case(_exact, ctx, t, block(j, 1), f"all_gather: tensor from rank {j}")
+        found.case(expect_exact, ctx, t, block(j, 1), f"all_gather: tensor from rank {j}")
     lists = [[torch.zeros(1, device=dev), torch.zeros(2, device=dev)] for _ in range(n)]
     if optional_case(ctx, "all_gather_coalesced", lambda: dist.all_gather_coalesced(
             lists, [torch.tensor(block(r, 0), device=dev), torch.tensor(block(r, 1), device=dev)]),
             UNSUPPORTED):  # gloo runs it: a backend has it or says it has not, as for gather_single
         for j, pair in enumerate(lists):
             for k, t in enumerate(pair):
-                found.case(_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
+                found.case(expect_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
         found.case(_coalesced_longer_refused, ctx, block)
     found.conclude()
 
@@ -457,7 +456,7 @@ def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int
                              UNSUPPORTED):
                 ran = True
                 if got is not None:
-                    found.case(_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")
+                    found.case(expect_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")
     if ran:  # every rank alike: a backend declines an op on every rank or on none
         found.case(_gather_single_oversized, ctx, gather_single)
 
@@ -487,9 +486,6 @@ def _gather_single_oversized(ctx: CheckContext, gather_single: Callable[..., Any
         raise failed
     if exact is not None:
         want = [float(10 * j + i) for j in range(n) for i in range(2)]
-        ctx.expect(mismatch(exact, want, exact.dtype) is None, f"{what}: then into float32[{2 * n}]", want,
-                   exact.tolist())
+        expect_exact(ctx, exact, want, f"{what}: then into float32[{2 * n}]")
 
 
-def _exact(ctx: CheckContext, got: torch.Tensor, want: list[float], what: str) -> None:
-    ctx.expect(mismatch(got, want, got.dtype) is None, what, want, got.tolist())

@@ -21,6 +21,7 @@ from conformance.checks import reference as ref
 from conformance.checks.common import (
     Findings,
     default_mode,
+    expect_exact,
     expect_raises,
     optional_case,
     positive_control,
@@ -106,11 +107,11 @@ def _premul_sum_case(ctx: CheckContext) -> None:
     what = "world: all_reduce PREMUL_SUM (dist._make_nccl_premul_sum(2.0)) of float32[4]"
     if optional_case(ctx, what, lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0)), ("PREMUL_SUM",)):
         want = [float(n * (n + 1))] * 4  # 2.0 x (1 + ... + n), exact in float32
-        ctx.expect(ref.mismatch(t, want, t.dtype) is None, what, want, t.tolist())
+        expect_exact(ctx, t, want, what)
     after = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
     dist.all_reduce(after)
     want = [float(n * (n + 1) // 2)] * 4
-    ctx.expect(ref.mismatch(after, want, after.dtype) is None, f"{what}: then all_reduce SUM", want, after.tolist())
+    expect_exact(ctx, after, want, f"{what}: then all_reduce SUM")
 
 
 @check("COLL-ALLREDUCE-OPS")
@@ -268,8 +269,7 @@ def _reduce_scatter_tensor_bad_input(ctx: CheckContext) -> None:
     out = torch.zeros(2, device=dev)
     dist.reduce_scatter_tensor(out, torch.arange(2 * n, dtype=torch.float32, device=dev) + ctx.rank)
     want = [float(n * (2 * ctx.rank + i) + n * (n - 1) // 2) for i in range(2)]
-    ctx.expect(ref.mismatch(out, want, out.dtype) is None, f"{what}: then float32[{2 * n}] into float32[2]", want,
-               out.tolist())
+    expect_exact(ctx, out, want, f"{what}: then float32[{2 * n}] into float32[2]")
 
 
 @check("COLL-ROOTED")

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.targets.base import ConfigPart, OptionsPart
@@ -146,6 +147,11 @@ def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseE
                           f"{type(exc).__name__}: {exc}") from None
     raise CheckFailed(f"rank {ctx.rank}: {what}: expected an error, observed success")
 
+
+
+def expect_exact(ctx: CheckContext, got: torch.Tensor, want: list[Any], what: str) -> None:
+    """``got`` holds exactly ``want`` (values each rank computed from the known inputs), compared in its dtype."""
+    ctx.expect(mismatch(got, want, got.dtype) is None, what, want, got.tolist())
 
 # how much later than its group's timeout a peer's error may come (6 s seen at load 80 on 2 cores)
 PEER_SLACK_S = 15.0
