@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 
 from conformance.checks.common import (
+    NO_OP,
+    UNSUPPORTED,
     Findings,
     default_mode,
     expect_allreduce_members,
@@ -38,11 +40,6 @@ MAX_TAG = 2**31 - 1
 FD_DIR = "/proc/self/fd"
 FD_SLACK = 1  # fds a process may hold more after two more worlds came and went (none seen)
 FD_WAIT_S = 2.0  # how long the fds of destroyed worlds may take to be closed
-# torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
-# per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
-NO_OP = "No backend type associated with device type"
-# how a backend declines an op it lacks: c10d's Backend ('Backend gloo does not support gather_single'), or NO_OP
-UNSUPPORTED = ("does not support", "not supported", "unsupported", NO_OP)
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:

@@ -19,6 +19,7 @@ from conformance.checks import collective_cases as cc
 from conformance.checks import collective_refusals  # noqa: F401 - registers the refusal checks of this area
 from conformance.checks import reference as ref
 from conformance.checks.common import (
+    UNSUPPORTED,
     Findings,
     default_mode,
     expect_exact,
@@ -178,7 +179,7 @@ def _gather_cases(ctx: CheckContext, group: Any, members: list[int], label: str)
         # type associated with device type" when the backend lacks the method: accepted as its refusal. gloo runs
         # it (2.13.0, 2.15.0): a refusal must say the op (or dtype) is unsupported, not merely name the op
         if optional_case(ctx, what, lambda o=out2, c=chunks: dist.reduce_scatter(o, c, group=group),
-                         ("does not support", "not supported", "unsupported", "No backend type associated")):
+                         UNSUPPORTED):
             bad = ref.mismatch(out2, want, dtype)
             ctx.expect(bad is None, f"{what}: chunk {me} of every member's list", want, bad)
 

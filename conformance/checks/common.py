@@ -153,6 +153,12 @@ def expect_exact(ctx: CheckContext, got: torch.Tensor, want: list[Any], what: st
     """``got`` holds exactly ``want`` (values each rank computed from the known inputs), compared in its dtype."""
     ctx.expect(mismatch(got, want, got.dtype) is None, what, want, got.tolist())
 
+# torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
+# per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
+NO_OP = "No backend type associated with device type"
+# how a backend declines an op it lacks: c10d's Backend ('Backend gloo does not support gather_single'), or NO_OP
+UNSUPPORTED = ("does not support", "not supported", "unsupported", NO_OP)
+
 # how much later than its group's timeout a peer's error may come (6 s seen at load 80 on 2 cores)
 PEER_SLACK_S = 15.0
 TIMEOUT_NEEDLE: Needle = ("timed out", "timeout", "timing out")
