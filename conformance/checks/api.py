@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -29,6 +27,7 @@ from conformance.checks.common import (
     optional_case,
     options_part,
     positive_control,
+    shared_folder,
 )
 from conformance.checks.hints import expect_options
 from conformance.checks.reference import mismatch
@@ -196,16 +195,8 @@ def lifecycle(ctx: CheckContext) -> None:
     target splits eager worlds, each cycle also splits a child off the world and uses it: torch 2.11's
     split_group after a re-init segfaulted on NCCL 2.28.9 (scripts/capture_nccl_samples.py's host). Worlds #2
     and #3 must give back the file descriptors they held (``_expect_fds_released``)."""
-    ranks = list(range(ctx.world_size))
-    folder = _shared_folder(ctx)
-    try:
+    with shared_folder(ctx, "lifecycle") as folder:  # the third world's FileStore
         _cycles(ctx, folder)
-    finally:  # the FileStore's folder goes, the check passed or not
-        ctx.store.set(f"api-lifecycle-done/{ctx.rank}", "1")
-        if ctx.rank == 0:
-            with contextlib.suppress(Exception):
-                ctx.store.wait([f"api-lifecycle-done/{r}" for r in ranks], timedelta(seconds=ctx.timeout_s))
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _cycles(ctx: CheckContext, folder: Path) -> None:
@@ -288,13 +279,6 @@ def _expect_fds_released(ctx: CheckContext, settled: int, live: int) -> None:
     ctx.expect(after - settled <= FD_SLACK, "file descriptors this process holds (/proc/self/fd) after worlds #2 "
                "and #3 and their subgroups were destroyed, beyond those after world #1 was",
                f"at most {FD_SLACK}", after - settled)
-
-
-def _shared_folder(ctx: CheckContext) -> Path:
-    """A fresh folder rank 0 makes and every rank learns through the check's store."""
-    if ctx.rank == 0:
-        ctx.store.set("api-lifecycle-folder", tempfile.mkdtemp(prefix="cf-lifecycle-"))
-    return Path(ctx.store.get("api-lifecycle-folder").decode())
 
 
 def _destroy_subgroup(ctx: CheckContext, group: Any, where: str) -> None:

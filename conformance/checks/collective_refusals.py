@@ -24,14 +24,10 @@ last ranks always, and seeded samples.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,6 +43,7 @@ from conformance.checks.common import (
     expect_peer_raises,
     expect_raises,
     finish_work,
+    shared_folder,
 )
 from conformance.checks.registry import CheckContext, check
 from conformance.targets.base import WorldSpec
@@ -342,12 +339,9 @@ def _absent_on_file_store(ctx: CheckContext, found: Findings) -> None:
     all_reduce the last rank never joins, on a fresh group, raises on the others within its timeout (a backend
     that waits for a peer's arrival in the store cannot lean on the TCPStore's own timeout there)."""
     n, absent = ctx.world_size, ctx.world_size - 1
-    if ctx.rank == 0:
-        ctx.store.set("absent-peer-folder", tempfile.mkdtemp(prefix="cf-absent-"))
-    folder = Path(ctx.store.get("absent-peer-folder").decode())
-    dist.barrier()
-    dist.destroy_process_group()
-    try:
+    with shared_folder(ctx, "absent") as folder:  # the FileStore's
+        dist.barrier()
+        dist.destroy_process_group()
         ctx.target.init_world(dist.FileStore(str(folder / "store"), n), ctx.rank, n, WorldSpec(mode="lazy"),
                               ctx.timeout_s)
         group = ctx.new_group(list(range(n)), timeout_s=ABSENT_WAIT_S)
@@ -357,12 +351,6 @@ def _absent_on_file_store(ctx: CheckContext, found: Findings) -> None:
             found.case(expect_peer_raises, ctx, f"all_reduce that rank {absent} never joins, on a FileStore world "
                        "(lazy init)", wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
         dist.barrier()
-    finally:  # the FileStore's folder goes, the case passed or not
-        ctx.store.set(f"absent-peer-done/{ctx.rank}", "1")
-        if ctx.rank == 0:
-            with contextlib.suppress(Exception):
-                ctx.store.wait([f"absent-peer-done/{r}" for r in range(n)], timedelta(seconds=ctx.timeout_s))
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _partner(ctx: CheckContext) -> int | None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -274,3 +278,20 @@ class Findings:
             then = "" if self.raised is None else (f"; then rank {self.ctx.rank}'s sweep stopped at "
                                                   f"{type(self.raised).__name__}: {self.raised}")
             raise CheckFailed(f"{len(self.failures)} case(s) failed: {shown}{then}")
+
+
+@contextlib.contextmanager
+def shared_folder(ctx: CheckContext, name: str) -> Iterator[Path]:
+    """A fresh folder (``cf-<name>-*`` in the temp dir) rank 0 makes and every rank learns through the check's
+    store; rank 0 removes it once every rank has left the block, passed or not (a FileStore's folder)."""
+    if ctx.rank == 0:
+        ctx.store.set(f"{name}-folder", tempfile.mkdtemp(prefix=f"cf-{name}-"))
+    folder = Path(ctx.store.get(f"{name}-folder").decode())
+    try:
+        yield folder
+    finally:
+        ctx.store.set(f"{name}-done/{ctx.rank}", "1")
+        if ctx.rank == 0:
+            with contextlib.suppress(Exception):
+                ctx.store.wait([f"{name}-done/{r}" for r in range(ctx.world_size)], timedelta(seconds=ctx.timeout_s))
+            shutil.rmtree(folder, ignore_errors=True)
