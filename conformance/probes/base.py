@@ -186,9 +186,10 @@ class CombinedProbe:
                     if other:
                         return f"{type(part).__name__}.events({kind!r}) returned events of kind {other}"
                     built = kind[:1] + kind[1:]  # an equal kind string that is not the literal's object
-                    if built is not kind and part.events(built, 0) != asked:
+                    by_value = part.events(built, 0) if built is not kind else asked
+                    if by_value != asked:
                         return (f"{type(part).__name__}.events() with {kind!r} built at run time returned "
-                                f"{len(part.events(built, 0))} event(s), with the literal {len(asked)}: kinds "
+                                f"{len(by_value)} event(s), with the literal {len(asked)}: kinds "
                                 "must be compared by value")
             except NotObservable:
                 continue
