@@ -47,6 +47,9 @@ class SimOptions:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ConfigError(f"invalid value for {key}: {value!r} (expected a non-negative int)")
+        for key in ("min_ctas", "max_ctas"):  # NCCL: "Invalid config min/max channels" (init.cc v2.28.9:1866)
+            if getattr(self, key) == 0:
+                raise ConfigError(f"invalid value for {key}: 0 (expected a positive int)")
         if self.cga_cluster_size is not None and self.cga_cluster_size > 8:
             raise ConfigError(f"invalid value for cga_cluster_size: {self.cga_cluster_size!r} (at most 8)")
         if self.min_ctas is not None and self.max_ctas is not None and self.min_ctas > self.max_ctas:
@@ -60,6 +63,9 @@ class SimOptions:
     def as_config(self) -> dict[str, Any]:
         """The effective config as a plain dict."""
         return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+
+
+_CTAS_HINTS = ("minCTAs", "min_ctas", "maxCTAs", "max_ctas")  # NCCL refuses them <= 0 (init.cc v2.28.9:1866)
 
 
 def parse_hints(hints: dict[str, str], comm_name: str,
@@ -85,6 +91,8 @@ def parse_hints(hints: dict[str, str], comm_name: str,
                 raise ConfigError(f"invalid hint value for key {key!r}: {raw!r}") from None
             if applied[key] < 0:
                 raise ConfigError(f"invalid hint value for key {key!r}: {raw!r} (expected a non-negative int)")
+            if applied[key] == 0 and key in _CTAS_HINTS:
+                raise ConfigError(f"invalid hint value for key {key!r}: {raw!r} (expected a positive int)")
     low = next((applied[k] for k in ("minCTAs", "min_ctas") if k in applied), None)
     high = next((applied[k] for k in ("maxCTAs", "max_ctas") if k in applied), None)
     if low is not None and high is not None and low > high:

@@ -30,6 +30,7 @@ from conformance.checks.common import (
     shared_folder,
 )
 from conformance.checks.hints import expect_options
+from conformance.checks.option_bounds import ctas_cases
 from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
@@ -39,6 +40,7 @@ MAX_TAG = 2**31 - 1
 FD_DIR = "/proc/self/fd"
 FD_SLACK = 1  # fds a process may hold more after two more worlds came and went (none seen)
 FD_WAIT_S = 2.0  # how long the fds of destroyed worlds may take to be closed
+FUTURE_WAIT_S = 2.0  # how long a completed Work's future may take to be marked done
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
@@ -69,6 +71,7 @@ def work_future(ctx: CheckContext) -> None:
     op's exact output, and a callback chained on it runs once with that value."""
     ctx.init_world(default_mode(ctx))
     _p2p_works(ctx)  # first: gloo's (waived) all_gather_into_tensor future stops the check below
+    _barrier_future(ctx)
     for op, launch, out, want in _async_cases(ctx):
         work = launch()
         future = work.get_future()
@@ -92,6 +95,25 @@ def work_future(ctx: CheckContext) -> None:
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
     _zero_timeout_waits(ctx)
+
+
+def _barrier_future(ctx: CheckContext) -> None:
+    """barrier(async_op=True), an op with no output of the caller's: once wait() returned True, its
+    get_future() is done too (within FUTURE_WAIT_S) and a callback chained on it runs once; what the future
+    holds is the backend's (gloo: an empty list, NCCL: its one-element tensor)."""
+    work = dist.barrier(async_op=True)
+    future = work.get_future()
+    seen: list[Any] = []
+    chained = future.then(lambda f: seen.append(1) or "ran")
+    ctx.expect_equal(f"barrier: work.wait(timeout={ctx.timeout_s} s)", True,
+                     work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
+    deadline = time.monotonic() + FUTURE_WAIT_S
+    while not (future.done() and chained.done()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ctx.expect_equal(f"barrier: get_future().done() within {FUTURE_WAIT_S} s of wait() returning", True,
+                     future.done())
+    ctx.expect_equal("barrier: a callback chained with get_future().then() done", True, chained.done())
+    ctx.expect_equal("barrier: times the callback ran", 1, len(seen))
 
 
 def _expect_success(ctx: CheckContext, what: str, work: dist.Work) -> None:
@@ -140,8 +162,8 @@ def _zero_timeout_waits(ctx: CheckContext) -> None:
 @check("API-BOUNDARY-ACCEPTED")
 def boundary_accepted(ctx: CheckContext) -> None:
     """Values at the edge of their valid range are accepted and work: P2P tags 0 and 2**31-1 between the
-    group's first and last rank and, with options, the smallest and largest cga_cluster_size and min_ctas
-    equal to max_ctas."""
+    group's first and last rank and, with options, the smallest and largest cga_cluster_size, min_ctas equal to
+    max_ctas, and every pair of 1 and 2 NCCL accepts (option_bounds)."""
     ctx.init_world(default_mode(ctx))
     n, first, last = ctx.world_size, 0, ctx.world_size - 1
     for tag in (0, MAX_TAG):
@@ -154,7 +176,9 @@ def boundary_accepted(ctx: CheckContext) -> None:
             expect_exact(ctx, t, [float(tag % 1000 + 1)] * 3, f"recv from rank {first} with tag {tag}")
     if "options" not in ctx.target.capabilities:
         return
-    for fields in ({"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4}):
+    edges = [{"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4},
+             *(case.fields for case in ctas_cases() if case.valid)]
+    for fields in edges:
         try:
             edged = ctx.new_group(list(range(n)), pg_options=options_part(ctx).make(**fields))
         except Exception as exc:  # noqa: BLE001 - any refusal of a valid value is the failure
@@ -362,13 +386,14 @@ def list_collectives(ctx: CheckContext) -> None:
     for root in range(n):
         got = [torch.zeros(3, device=dev) for _ in range(n)] if r == root else None
         if optional_case(ctx, f"gather to root {root}", lambda got=got, root=root: dist.gather(
-                torch.tensor(block(r, 2), device=dev), gather_list=got, dst=root), declined("gather")) and got:
+                torch.tensor(block(r, 2), device=dev), gather_list=got, dst=root), declined("gather"),
+                kind="gather (lists)") and got:
             for j, t in enumerate(got):
                 found.case(expect_exact, ctx, t, block(j, 2), f"gather to root {root}: block from rank {j}")
         out = torch.zeros(3, device=dev)  # gloo scatters equal sizes only
         sent = [torch.tensor(block(root, j)[:1] * 3, device=dev) for j in range(n)] if r == root else None
         if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
-                out, scatter_list=sent, src=root), declined("scatter")):
+                out, scatter_list=sent, src=root), declined("scatter"), kind="scatter (lists)"):
             found.case(expect_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
     _gather_single(ctx, found, block)
     outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
@@ -434,7 +459,7 @@ def _gather_single(ctx: CheckContext, found: Findings, block: Callable[[int, int
             if optional_case(ctx, f"gather_single to root {root} ({layout} output)",
                              lambda got=got, root=root: gather_single(torch.tensor(block(r, 2), device=dev), got,
                                                                       dst=root),
-                             UNSUPPORTED):
+                             UNSUPPORTED, kind=f"gather_single ({layout} output)"):
                 ran = True
                 if got is not None:
                     found.case(expect_exact, ctx, got, want, f"gather_single to root {root} ({layout} output)")

@@ -169,7 +169,8 @@ def sync_results(ctx: CheckContext) -> None:
         for count in BLOCK_SIZES:
             block = make_block(ctx, kind, op, count, (torch.float32,), salt=10 * salt + count)
             if op == "AVG":  # a backend without AVG refuses it naming the op
-                if not optional_case(ctx, f"a block of {count} {kind} AVG", lambda b=block: run_block(b), ("AVG",)):
+                if not optional_case(ctx, f"a block of {count} {kind} AVG", lambda b=block: run_block(b), ("AVG",),
+                                     kind=f"{kind} AVG in a coalesced block"):
                     continue
             else:
                 run_block(block)

@@ -137,7 +137,7 @@ def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[
     if key in ctx.declined:  # refused once already (and noted): every rank skips it alike
         raise Declined(key)
     names = refusal_names(op, dtype, *(CONTIGUOUS_WORDS if noncontiguous else ()), *extra_names)
-    if not optional_case(ctx, what, fn, names):
+    if not optional_case(ctx, what, fn, names, kind=key):
         ctx.declined.add(key)
         raise Declined(key)
     return True

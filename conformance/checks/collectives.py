@@ -62,13 +62,15 @@ def _refusal_names(op: str | None, dtype: torch.dtype, *extra: str) -> tuple[str
     return (*(() if op is None else (op,)), *_ALIASES.get(dtype, (ref.dtype_name(dtype),)), *extra)
 
 
-def _run_case(ctx: CheckContext, what: str, required: bool, names: tuple[str, ...], fn: Callable[[], None]) -> bool:
+def _run_case(ctx: CheckContext, what: str, required: bool, names: tuple[str, ...], fn: Callable[[], None],
+              kind: str | None = None) -> bool:
     """Run ``fn``; a required case's error propagates (an error outcome), an optional one may be refused
-    naming ``names`` (noted)."""
+    naming ``names`` (noted), alike on every group: its ``kind`` (default: ``what`` less its group label) ran
+    everywhere or nowhere (``optional_case``)."""
     if required:
         fn()
         return True
-    return optional_case(ctx, what, fn, names)
+    return optional_case(ctx, what, fn, names, kind=kind or what.split(": ", 1)[-1])
 
 
 def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: str, op: str, dtype: torch.dtype,
@@ -179,7 +181,7 @@ def _gather_cases(ctx: CheckContext, group: Any, members: list[int], label: str)
         # type associated with device type" when the backend lacks the method: accepted as its refusal. gloo runs
         # it (2.13.0, 2.15.0): a refusal must say the op (or dtype) is unsupported, not merely name the op
         if optional_case(ctx, what, lambda o=out2, c=chunks: dist.reduce_scatter(o, c, group=group),
-                         UNSUPPORTED):
+                         UNSUPPORTED, kind=what.split(": ", 1)[-1]):
             bad = ref.mismatch(out2, want, dtype)
             ctx.expect(bad is None, f"{what}: chunk {me} of every member's list", want, bad)
 
@@ -201,7 +203,8 @@ def _large_view_case(ctx: CheckContext, world: list[int], root: int | None) -> N
     op = "all_reduce" if root is None else f"reduce to rank {root}"
     what = f"world: {op} SUM of a transposed int64[2, {numel // 2}] view ({numel * 8} bytes)"
     call = (lambda: dist.all_reduce(view)) if root is None else (lambda: dist.reduce(view, dst=root))
-    if not _run_case(ctx, what, False, ("contiguous", "Contiguous", "dense"), call):
+    if not _run_case(ctx, what, False, ("contiguous", "Contiguous", "dense"), call,
+                     kind=f"{'all_reduce' if root is None else 'reduce'} SUM of a transposed int64 view"):
         return
     if root is not None and ctx.rank != root:
         return
@@ -258,15 +261,17 @@ def gather_scatter_order(ctx: CheckContext) -> None:
 
 
 def _reduce_scatter_tensor_bad_input(ctx: CheckContext) -> None:
-    """reduce_scatter_tensor of an input of 3n elements into an output of 2 is refused on every rank naming the
-    input's size (torch checks only that each is one tensor, v2.13.0 distributed_c10d.py:4913-4914 in
-    reduce_scatter_single: the size check is the backend's; gloo: 'Check failed: outputShape[0] * worldSize ==
-    inputShape[0] (4 vs. 6)', seen on 2.13.0 and 2.15.0); then a correctly sized one is exact."""
+    """reduce_scatter_tensor of an input of 3n elements, 2n - 1 (one short) or n (a chunk short), into an output
+    of 2 is refused on every rank naming the input's size (torch checks only that each is one tensor, v2.13.0
+    distributed_c10d.py:4913-4914 in reduce_scatter_single: the size check is the backend's; gloo: 'Check failed:
+    outputShape[0] * worldSize == inputShape[0] (4 vs. 6)', seen on 2.13.0 and 2.15.0); then a correctly sized
+    one is exact."""
     n, dev = ctx.world_size, ctx.device
-    what = f"world: reduce_scatter_tensor of float32[{3 * n}] into float32[2]"
-    out, inp = torch.zeros(2, device=dev), torch.zeros(3 * n, device=dev)
-    expect_raises(ctx, what, lambda: dist.reduce_scatter_tensor(out, inp),
-                  contains=(("input",), str(3 * n)))
+    for numel in (3 * n, 2 * n - 1, n):
+        what = f"world: reduce_scatter_tensor of float32[{numel}] into float32[2]"
+        out, inp = torch.zeros(2, device=dev), torch.zeros(numel, device=dev)
+        expect_raises(ctx, what, lambda o=out, i=inp: dist.reduce_scatter_tensor(o, i),
+                      contains=(("input",), str(numel)))
     out = torch.zeros(2, device=dev)
     dist.reduce_scatter_tensor(out, torch.arange(2 * n, dtype=torch.float32, device=dev) + ctx.rank)
     want = [float(n * (2 * ctx.rank + i) + n * (n - 1) // 2) for i in range(2)]

@@ -189,9 +189,13 @@ def expect_peer_raises(ctx: CheckContext, what: str, fn: Callable[[], Any], name
     ctx.expect(took <= limit, f"{what}: seconds until the error", f"<= {limit}", round(took, 1))
 
 
-def optional_case(ctx: CheckContext, what: str, fn: Any, names: tuple[str, ...]) -> bool:
+def optional_case(ctx: CheckContext, what: str, fn: Any, names: tuple[str, ...], kind: str | None = None) -> bool:
     """Run a case the backend may decline: True when it ran; False (with a note) when it was refused
-    with an error naming one of ``names`` (the op or dtype it does not support). Any other error fails."""
+    with an error naming one of ``names`` (the op or dtype it does not support). Any other error fails.
+
+    ``kind`` names what a refusal says is unsupported (an op on a dtype and layout, whatever the group, root or
+    size): a backend supports it on every call of the check or on none, so a refusal after it ran once, or a
+    run after it was refused, fails (``_same_support``)."""
     try:
         fn()
     except Exception as exc:  # noqa: BLE001 - sorted below: a named refusal, or a failure
@@ -199,9 +203,25 @@ def optional_case(ctx: CheckContext, what: str, fn: Any, names: tuple[str, ...])
         if any(w in text.lower() for w in TIMEOUT_WORDS) or not _names(text, names):
             raise CheckFailed(f"rank {ctx.rank}: {what}: expected a result or a refusal naming one of "
                               f"{list(names)}, observed {text}") from None
+        _same_support(ctx, kind, what, text.splitlines()[0][:160])
         ctx.note(f"{what}: not supported by the target (refused: {text.splitlines()[0][:160]})")
         return False
+    _same_support(ctx, kind, what, None)
     return True
+
+
+def _same_support(ctx: CheckContext, kind: str | None, what: str, refusal: str | None) -> None:
+    """Record whether ``kind`` ran (``refusal`` None) or was refused in this check; a second answer that differs
+    from the first fails, naming both calls."""
+    if kind is None:
+        return
+    first_what, first_refusal = ctx.support.setdefault(kind, (what, refusal))
+    if (first_refusal is None) != (refusal is None):
+        def said(call: str, refused: str | None) -> str:
+            return f"{call} was refused ({refused})" if refused is not None else f"{call} ran"
+        raise CheckFailed(f"rank {ctx.rank}: {kind}: {said(what, refusal)}, but earlier in this check "
+                          f"{said(first_what, first_refusal)}: a backend that has an op runs every call of it "
+                          "(any group, root or size) or refuses every call as unsupported, not some")
 
 
 def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, dist.ProcessGroup, list[int]]]:

@@ -15,6 +15,7 @@ from conformance.checks.common import (
     positive_control,
     refusal_words,
 )
+from conformance.checks.option_bounds import ctas_cases
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.torchcomms_hints import HINT_KEYS
@@ -177,7 +178,8 @@ def _expect_hints(ctx: CheckContext, group: dist.ProcessGroup, what: str, option
 
 @check("HINT-INVALID-REFUSED")
 def invalid_refused(ctx: CheckContext) -> None:
-    """Invalid option and hint values are refused naming key and value."""
+    """Invalid option and hint values are refused naming key and value (min_ctas and max_ctas: every pair of
+    0, 1 and 2 NCCL refuses, option_bounds)."""
     ctx.init_world("eager")
     ranks = list(range(ctx.world_size))
     cases = [
@@ -192,10 +194,14 @@ def invalid_refused(ctx: CheckContext) -> None:
     else:
         ctx.note("hint values not checked: the target lacks capability hints (a hints map on its options); "
                  "a backend whose options carry one declares hints")
-    for fields, key, value in cases:
+    needles = [(fields, (value, refusal_words(ctx, key, key))) for fields, key, value in cases]
+    needles += [(case.fields, (case.refused_value, tuple(w for k in case.refused_keys
+                                                          for w in refusal_words(ctx, k, k))))
+                for case in ctas_cases() if not case.valid]
+    for fields, contains in needles:
         expect_raises(ctx, f"new_group with invalid option {fields}",
                       lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),
-                      (ValueError, TypeError, RuntimeError), (value, refusal_words(ctx, key, key)))
+                      (ValueError, TypeError, RuntimeError), contains)
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "world after refused options")
     if "hints" in ctx.target.capabilities:  # the valid boundary of the inconsistent case: accepted
         edge = {"minCTAs": "4", "maxCTAs": "4"}

@@ -68,6 +68,8 @@ class CheckContext:
     agreements: dict[str, int] = field(default_factory=dict)  # generated.agree's per-topic counters
     covered: set[str] = field(default_factory=set)  # plans whose coverage line this rank has noted
     declined: set[str] = field(default_factory=set)  # what the target refused in a generated case (not retried)
+    # optional_case's kinds: the first call of each and its refusal (None: it ran)
+    support: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     _worlds: int = 0
 
     @property

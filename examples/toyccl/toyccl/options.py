@@ -34,6 +34,9 @@ class ToyOptions:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ValueError(f"toyccl: option {key}={value!r} must be a non-negative integer")
+        for key in ("min_ctas", "max_ctas"):  # NCCL refuses them <= 0
+            if getattr(self, key) == 0:
+                raise ValueError(f"toyccl: option {key}=0 must be a positive integer")
         if self.cga_cluster_size is not None and self.cga_cluster_size > MAX_CGA_CLUSTER_SIZE:
             raise ValueError(f"toyccl: option cga_cluster_size={self.cga_cluster_size} exceeds the maximum "
                              f"{MAX_CGA_CLUSTER_SIZE}")
