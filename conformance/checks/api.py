@@ -40,6 +40,7 @@ MAX_TAG = 2**31 - 1
 FD_DIR = "/proc/self/fd"
 FD_SLACK = 1  # fds a process may hold more after two more worlds came and went (none seen)
 FD_WAIT_S = 2.0  # how long the fds of destroyed worlds may take to be closed
+BOOL_HINT_SPELLINGS = ("True", "FALSE")  # valid spellings of a boolean hint beyond the lower-case ones
 FUTURE_WAIT_S = 2.0  # how long a completed Work's future may take to be marked done
 
 
@@ -163,7 +164,8 @@ def _zero_timeout_waits(ctx: CheckContext) -> None:
 def boundary_accepted(ctx: CheckContext) -> None:
     """Values at the edge of their valid range are accepted and work: P2P tags 0 and 2**31-1 between the
     group's first and last rank and, with options, the smallest and largest cga_cluster_size, min_ctas equal to
-    max_ctas, and every pair of 1 and 2 NCCL accepts (option_bounds)."""
+    max_ctas, every pair of 1 and 2 NCCL accepts (option_bounds) and, with hints, a boolean hint spelled in
+    capitals (torchcomms lower-cases it before reading it: comms/torchcomms/utils/Utils.cpp string_to_bool)."""
     ctx.init_world(default_mode(ctx))
     n, first, last = ctx.world_size, 0, ctx.world_size - 1
     for tag in (0, MAX_TAG):
@@ -176,8 +178,10 @@ def boundary_accepted(ctx: CheckContext) -> None:
             expect_exact(ctx, t, [float(tag % 1000 + 1)] * 3, f"recv from rank {first} with tag {tag}")
     if "options" not in ctx.target.capabilities:
         return
-    edges = [{"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4},
-             *(case.fields for case in ctas_cases() if case.valid)]
+    edges: list[dict[str, Any]] = [{"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4},
+                                   *(case.fields for case in ctas_cases() if case.valid)]
+    if "hints" in ctx.target.capabilities:  # torchcomms reads a boolean hint case-insensitively (string_to_bool)
+        edges += [{"hints": {"is_high_priority_stream": spelled}} for spelled in BOOL_HINT_SPELLINGS]
     for fields in edges:
         try:
             edged = ctx.new_group(list(range(n)), pg_options=options_part(ctx).make(**fields))
@@ -185,7 +189,8 @@ def boundary_accepted(ctx: CheckContext) -> None:
             raise CheckFailed(f"rank {ctx.rank}: new_group with options {fields}: expected acceptance, "
                               f"observed {type(exc).__name__}: {exc}") from None
         expect_allreduce_members(ctx, edged, list(range(n)), f"new_group with options {fields}")
-        expect_options(ctx, edged, f"new_group with options {fields}", fields)
+        if "hints" not in fields:  # a hint's effective form is the stack's (parsed, renamed): accepted is the point
+            expect_options(ctx, edged, f"new_group with options {fields}", fields)
 
 
 @check("API-NONMEMBER-CREATES-NOTHING")

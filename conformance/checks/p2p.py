@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -18,7 +18,9 @@ from conformance.checks import p2p_cases
 from conformance.checks import reference as ref
 from conformance.checks.common import (
     Findings,
+    Needle,
     default_mode,
+    expect_exact,
     expect_raises,
     new_comms,
     positive_control,
@@ -465,6 +467,7 @@ def mismatch(ctx: CheckContext) -> None:
         "dtype": (("float32", "Float"), ("float64", "Double"), peer),
         "one-element message into a larger buffer": (("1",), ("4",), peer),  # copy_ would broadcast it
         "message larger than the buffer": (("8",), ("4",), peer),  # gloo aborts the receiving process here
+        SAME_SIZE_DTYPE: (("float32", "Float"), ("int32", "Int"), peer),
     }
     found = Findings(ctx)  # rank 1 receives every case even after a silent one, so rank 0's sends never wait it out
     for what, send_t, recv_t in (
@@ -472,12 +475,16 @@ def mismatch(ctx: CheckContext) -> None:
         ("dtype", torch.ones(4), torch.zeros(4, dtype=torch.float64)),
         ("one-element message into a larger buffer", torch.ones(1), torch.zeros(4)),
         ("message larger than the buffer", torch.ones(8), torch.zeros(4)),
+        (SAME_SIZE_DTYPE, SAME_SIZE_SENT, torch.zeros(4, dtype=torch.int32)),
     ):
         if ctx.rank == 0:
             try:
                 wait(dist.isend(send_t.to(ctx.device), 1))
             except Exception as exc:  # noqa: BLE001 - the sender may also report the mismatch
                 ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
+        elif ctx.rank == 1 and what == SAME_SIZE_DTYPE:
+            found.case(_bytes_or_refusal, ctx, lambda t=recv_t: wait(dist.irecv(t, 0)), recv_t.to(ctx.device),
+                       needles[what], wait_s)
         elif ctx.rank == 1:
             found.case(expect_raises, ctx, f"recv with a {what} mismatch against rank 0's send",
                        lambda t=recv_t: wait(dist.irecv(t.to(ctx.device), 0)), contains=needles[what],
@@ -490,6 +497,30 @@ def mismatch(ctx: CheckContext) -> None:
                      f"{ctx.target.name} may be unusable")
             break
     found.conclude()
+
+
+SAME_SIZE_DTYPE = "dtype of the same element size"
+SAME_SIZE_SENT = torch.tensor([1.5, -2.25, 3.75, 1e10])  # no value survives a float -> int conversion unchanged
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def _bytes_or_refusal(ctx: CheckContext, receive: Callable[[torch.Tensor], None], buffer: torch.Tensor,
+                      needles: tuple[Needle, ...], wait_s: float | None) -> None:
+    """A float32[4] message received into an int32[4] buffer: refused naming both dtypes and the peer (or timed
+    out naming the pair), or the sender's bytes as they are (NCCL and gloo move bytes: the buffer holds the
+    float32 bit patterns); never converted values."""
+    what = f"recv with a {SAME_SIZE_DTYPE} mismatch (float32[4] into int32[4]) against rank 0's send"
+    try:
+        receive(buffer)
+    except Exception as exc:  # noqa: BLE001 - judged as a refusal below
+        expect_raises(ctx, what, lambda error=exc: _raise(error), contains=needles,
+                      timeout_contains=("rank 0", "rank 1") if wait_s is None else (("OpType=RECV", "recv"),))
+        return
+    expect_exact(ctx, buffer, SAME_SIZE_SENT.view(torch.int32).tolist(),
+                 f"{what}: accepted, so the buffer must hold the sender's bytes (not converted values)")
 
 
 @check("P2P-BAD-INPUT")
