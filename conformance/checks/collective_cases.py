@@ -13,7 +13,7 @@ from conformance.checks import cases as gc
 from conformance.checks import data
 from conformance.checks import reference as ref
 from conformance.checks.cases import Case, Plan
-from conformance.checks.common import optional_case
+from conformance.checks.common import optional_case, refused_before
 from conformance.checks.generated import Declined
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed
@@ -134,11 +134,10 @@ def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[
         fn()
         return True
     key = f"{dict(case.dims).get('kind', case.plan)} {op} {dtype} {'non-contiguous' if noncontiguous else ''}"
-    if key in ctx.declined:  # refused once already (and noted): every rank skips it alike
+    if refused_before(ctx, key):  # refused once already (and noted): every rank skips it alike
         raise Declined(key)
     names = refusal_names(op, dtype, *(CONTIGUOUS_WORDS if noncontiguous else ()), *extra_names)
     if not optional_case(ctx, what, fn, names, kind=key):
-        ctx.declined.add(key)
         raise Declined(key)
     return True
 

@@ -137,25 +137,32 @@ def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseE
     try:
         fn()
     except kinds as exc:
-        text = f"{type(exc).__name__}: {exc}"
-        timed_out = isinstance(exc, TimeoutError) or any(w in text.lower() for w in TIMEOUT_WORDS)
-        if timed_out and not timeout_contains:
-            raise CheckFailed(f"rank {ctx.rank}: {what}: expected a refusal naming {list(contains)}, observed a "
-                              f"timeout: {text}") from None
-        missing = [c for c in (timeout_contains if timed_out else contains) if not _names(text, c)]
-        if missing:
-            raise CheckFailed(f"rank {ctx.rank}: {what}: error does not name {missing}: {text}") from None
-        return exc
+        return expect_refusal(ctx, what, exc, contains, timeout_contains)
     except Exception as exc:  # noqa: BLE001 - wrong exception class is a finding
         raise CheckFailed(f"rank {ctx.rank}: {what}: expected {[k.__name__ for k in kinds]}, observed "
                           f"{type(exc).__name__}: {exc}") from None
     raise CheckFailed(f"rank {ctx.rank}: {what}: expected an error, observed success")
 
 
+def expect_refusal(ctx: CheckContext, what: str, exc: BaseException, contains: tuple[Needle, ...],
+                   timeout_contains: tuple[Needle, ...] = ()) -> BaseException:
+    """An error already caught must name every entry of ``contains`` (a timeout: of ``timeout_contains``,
+    and only where that is given), as ``expect_raises`` requires of the error it catches."""
+    text = f"{type(exc).__name__}: {exc}"
+    timed_out = isinstance(exc, TimeoutError) or any(w in text.lower() for w in TIMEOUT_WORDS)
+    if timed_out and not timeout_contains:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: expected a refusal naming {list(contains)}, observed a "
+                          f"timeout: {text}") from None
+    missing = [c for c in (timeout_contains if timed_out else contains) if not _names(text, c)]
+    if missing:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: error does not name {missing}: {text}") from None
+    return exc
+
 
 def expect_exact(ctx: CheckContext, got: torch.Tensor, want: list[Any], what: str) -> None:
     """``got`` holds exactly ``want`` (values each rank computed from the known inputs), compared in its dtype."""
     ctx.expect(mismatch(got, want, got.dtype) is None, what, want, got.tolist())
+
 
 # torch's error when a Python ProcessGroup subclass does not implement an op: the base class looks for a
 # per-device backend it never registered (seen on torch 2.13 with examples/toyccl, which has no gather)
@@ -203,11 +210,17 @@ def optional_case(ctx: CheckContext, what: str, fn: Any, names: tuple[str, ...],
         if any(w in text.lower() for w in TIMEOUT_WORDS) or not _names(text, names):
             raise CheckFailed(f"rank {ctx.rank}: {what}: expected a result or a refusal naming one of "
                               f"{list(names)}, observed {text}") from None
-        _same_support(ctx, kind, what, text.splitlines()[0][:160])
-        ctx.note(f"{what}: not supported by the target (refused: {text.splitlines()[0][:160]})")
+        refusal = text.splitlines()[0][:160]
+        _same_support(ctx, kind, what, refusal)
+        ctx.note(f"{what}: not supported by the target (refused: {refusal})")
         return False
     _same_support(ctx, kind, what, None)
     return True
+
+
+def refused_before(ctx: CheckContext, kind: str) -> bool:
+    """Whether an ``optional_case`` of ``kind`` was refused earlier in this check."""
+    return kind in ctx.support and ctx.support[kind][1] is not None
 
 
 def _same_support(ctx: CheckContext, kind: str | None, what: str, refusal: str | None) -> None:

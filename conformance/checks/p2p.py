@@ -22,6 +22,7 @@ from conformance.checks.common import (
     default_mode,
     expect_exact,
     expect_raises,
+    expect_refusal,
     new_comms,
     positive_control,
     ranked_tensor,
@@ -469,6 +470,10 @@ def mismatch(ctx: CheckContext) -> None:
         "message larger than the buffer": (("8",), ("4",), peer),  # gloo aborts the receiving process here
         SAME_SIZE_DTYPE: (("float32", "Float"), ("int32", "Int"), peer),
     }
+    # the requirement admits a timeout naming the pair; where the check itself bounds the wait (a device backend
+    # whose wait() only orders streams), the timeout is the check's and the backend's message can only name the op
+    # (NCCL: "WorkNCCL(... OpType=RECV ...)")
+    timeouts: tuple[Needle, ...] = ("rank 0", "rank 1") if wait_s is None else (("OpType=RECV", "recv"),)
     found = Findings(ctx)  # rank 1 receives every case even after a silent one, so rank 0's sends never wait it out
     for what, send_t, recv_t in (
         ("size", torch.ones(4), torch.zeros(8)),
@@ -484,14 +489,11 @@ def mismatch(ctx: CheckContext) -> None:
                 ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
         elif ctx.rank == 1 and what == SAME_SIZE_DTYPE:
             found.case(_bytes_or_refusal, ctx, lambda t=recv_t: wait(dist.irecv(t, 0)), recv_t.to(ctx.device),
-                       needles[what], wait_s)
+                       needles[what], timeouts)
         elif ctx.rank == 1:
             found.case(expect_raises, ctx, f"recv with a {what} mismatch against rank 0's send",
                        lambda t=recv_t: wait(dist.irecv(t.to(ctx.device), 0)), contains=needles[what],
-                       # the requirement admits a timeout naming the pair; where the check itself bounds the
-                       # wait (a device backend whose wait() only orders streams), the timeout is the check's
-                       # and the backend's message can only name the op (NCCL: "WorkNCCL(... OpType=RECV ...)")
-                       timeout_contains=("rank 0", "rank 1") if wait_s is None else (("OpType=RECV", "recv"),))
+                       timeout_contains=timeouts)
         if wait_s is not None:
             ctx.note(f"only the {what} case was run: after a mismatched P2P the communicator of target "
                      f"{ctx.target.name} may be unusable")
@@ -503,21 +505,16 @@ SAME_SIZE_DTYPE = "dtype of the same element size"
 SAME_SIZE_SENT = torch.tensor([1.5, -2.25, 3.75, 1e10])  # no value survives a float -> int conversion unchanged
 
 
-def _raise(exc: BaseException) -> None:
-    raise exc
-
-
 def _bytes_or_refusal(ctx: CheckContext, receive: Callable[[torch.Tensor], None], buffer: torch.Tensor,
-                      needles: tuple[Needle, ...], wait_s: float | None) -> None:
+                      needles: tuple[Needle, ...], timeouts: tuple[Needle, ...]) -> None:
     """A float32[4] message received into an int32[4] buffer: refused naming both dtypes and the peer (or timed
     out naming the pair), or the sender's bytes as they are (NCCL and gloo move bytes: the buffer holds the
     float32 bit patterns); never converted values."""
     what = f"recv with a {SAME_SIZE_DTYPE} mismatch (float32[4] into int32[4]) against rank 0's send"
     try:
         receive(buffer)
-    except Exception as exc:  # noqa: BLE001 - judged as a refusal below
-        expect_raises(ctx, what, lambda error=exc: _raise(error), contains=needles,
-                      timeout_contains=("rank 0", "rank 1") if wait_s is None else (("OpType=RECV", "recv"),))
+    except Exception as exc:  # noqa: BLE001 - judged as a refusal
+        expect_refusal(ctx, what, exc, needles, timeouts)
         return
     expect_exact(ctx, buffer, SAME_SIZE_SENT.view(torch.int32).tolist(),
                  f"{what}: accepted, so the buffer must hold the sender's bytes (not converted values)")

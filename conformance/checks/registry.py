@@ -67,8 +67,8 @@ class CheckContext:
     generation: Generation = field(default_factory=Generation.from_env)
     agreements: dict[str, int] = field(default_factory=dict)  # generated.agree's per-topic counters
     covered: set[str] = field(default_factory=set)  # plans whose coverage line this rank has noted
-    declined: set[str] = field(default_factory=set)  # what the target refused in a generated case (not retried)
-    # optional_case's kinds: the first call of each and its refusal (None: it ran)
+    # optional_case's kinds: the first call of each and its refusal (None: it ran); a generated case's kind
+    # refused once is not retried (checks.common.refused_before)
     support: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     _worlds: int = 0
 
