@@ -49,8 +49,9 @@ def _variant(tree: Path, patch: Path, scratch: Path) -> Path | None:
     return folder if applied.returncode == 0 else None
 
 
-def _certify(tree: Path, variant: Path, world_sizes: str, report_dir: Path) -> tuple[str, str]:
-    """(verdict, the first failing requirement and its detail) of certify on ``variant``."""
+def _certify(tree: Path, variant: Path, world_sizes: str, report_dir: Path, frontend: set[str]) -> tuple[str, str]:
+    """(verdict, the first failing backend MUST and its detail) of certify on ``variant``; requirements in
+    ``frontend`` are torch's front end's, judged per torch version, not the backend's."""
     env = {**os.environ, "PYTHONPATH": str(variant)}
     subprocess.run([sys.executable, "-m", "conformance", "certify", "--backend", "toyccl", "--device", "cpu",
                     "--import", "toyccl", "--capabilities-file", CAPABILITIES, "--world-sizes", world_sizes,
@@ -59,7 +60,6 @@ def _certify(tree: Path, variant: Path, world_sizes: str, report_dir: Path) -> t
         report = json.loads((report_dir / "toyccl.json").read_text())
     except (OSError, ValueError):
         return "no report", ""
-    frontend = {r.id for r in load_catalog() if r.kind == "frontend"}  # judged per torch, not the backend's
     failed = next((r for r in report.get("results", []) if r.get("outcome") in ("fail", "error")
                    and r.get("level") == "MUST" and r.get("requirement") not in frontend), None)
     first = f"{failed['requirement']} ws{failed['world_size']}: {str(failed.get('detail', ''))[:140]}" if failed \
@@ -78,6 +78,7 @@ def main() -> int:
     if not patches:
         parser.error(f"no bug*.patch in {args.batch}")
     caught, judged, broken = 0, 0, False
+    frontend = {r.id for r in load_catalog() if r.kind == "frontend"}
     with tempfile.TemporaryDirectory(prefix="heldout-") as tmp:
         scratch = Path(tmp)
         tree = _suite_tree(args.suite_ref, scratch)
@@ -87,7 +88,7 @@ def main() -> int:
                 print(f"{patch.stem}: stale (the patch no longer applies to toyccl)", flush=True)
                 broken = True
                 continue
-            verdict, first = _certify(tree, variant, args.world_sizes, scratch / f"{patch.stem}-report")
+            verdict, first = _certify(tree, variant, args.world_sizes, scratch / f"{patch.stem}-report", frontend)
             judged += 1
             caught += verdict == "non-conformant"
             broken |= verdict == "no report"
