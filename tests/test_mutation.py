@@ -58,7 +58,7 @@ def _other_torch(tmp_path: Path) -> Path:
 def test_fixed_mutants_are_killed_and_an_equivalent_one_survives(tmp_path: Path) -> None:
     ids = [*KILLED, EQUIVALENT]
     args = _args(tmp_path, "--target", "simulator,toyccl", "--world-sizes", "2", "--jobs", "2",
-                 "--requirement", JUDGED_BY, "--newest-torch", str(_other_torch(tmp_path)),
+                 "--requirement", JUDGED_BY, "--newest-torch", str(_other_torch(tmp_path)), "--other-stacks", "off",
                  *(a for i in ids for a in ("--mutant", i)))
     said: list[str] = []
     cmd_mutate(args, say=said.append)
@@ -76,6 +76,30 @@ def test_fixed_mutants_are_killed_and_an_equivalent_one_survives(tmp_path: Path)
     assert all(c["judged_on"] == [torch.__version__] for c in caught.values()), caught
     md = (tmp_path / "mutation.md").read_text()
     assert md.count(EQUIVALENT) == 1 and "survivors again on torch 0.0.0+other (0 caught only there)" in md
+
+
+def _after(path: str, text: str, col: int, operator: str) -> str:
+    """The id of the mutant at ``col`` of the line after the one line of ``path`` holding ``text``."""
+    line = int(_site(path, text, col, operator).split(":")[1]) + 1
+    return f"{path}:{line}:{col}:{operator}"
+
+
+@pytest.mark.slow
+def test_a_survivor_of_the_default_stack_is_judged_on_the_others(tmp_path: Path) -> None:
+    # nccl-lazy's pair stream name reads pair[2] of a 2-tuple: every send on that stack raises, on no other
+    lazy_only = _after("simulator/stacks.py", "comm = self._pair_comm(pair)", 61, "NumberReplacer")
+    args = _args(tmp_path, "--target", "simulator", "--world-sizes", "2", "--jobs", "1", "--requirement", "P2P-DATA",
+                 "--newest-torch", "off", "--other-stacks", "torchcomms,nccl-lazy", "--mutant", lazy_only)
+    said: list[str] = []
+    cmd_mutate(args, say=said.append)
+    import torch
+
+    caught = json.loads((tmp_path / "mutation.json").read_text())["targets"]["simulator"]["caught"][lazy_only]
+    # survived the default stack and torchcomms, killed on nccl-lazy: each judgement listed, the last one named
+    assert caught["judged_on"] == [torch.__version__, f"{torch.__version__} stack=torchcomms",
+                                   f"{torch.__version__} stack=nccl-lazy"], said
+    assert caught["caught_by"]["requirement"] == "P2P-DATA" and caught["caught_by"]["stack"] == "nccl-lazy", caught
+    assert "survivors again on the stacks nccl-lazy, torchcomms" in (tmp_path / "mutation.md").read_text()
 
 
 def test_enumeration_skips_annotations_and_defect_switch_branches() -> None:

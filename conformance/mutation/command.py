@@ -6,7 +6,9 @@ import argparse
 import collections
 import functools
 import json
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +16,7 @@ from conformance import inputs, interrupts
 
 if TYPE_CHECKING:
     from conformance.mutation.harness import Mutant
+    from conformance.mutation.targets import MutationTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,9 +43,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="judge this run's survivors again on this interpreter's torch (a mutant is caught when "
                         "either torch's verdict is non-conformant); 'auto': the venv .venvs/torch-newest "
                         "(ci/torch-newest.txt) when it exists; 'off': none")
-    p.add_argument("--newest-only", action="store_true",
-                   help="judge on the newest torch only: the recorded survivors (of --mutant, else all) that it "
-                        "has not judged yet")
+    p.add_argument("--other-stacks", default="auto", metavar="STACKS",
+                   help="judge this run's survivors again on these simulator stacks (comma-separated; 'auto': "
+                        "every stack the target models but this torch's default; 'off': none)")
+    p.add_argument("--again-only", action="store_true",
+                   help="judge the recorded survivors (of --mutant, else all) only again: on the newest torch and "
+                        "the other stacks that have not judged them yet")
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Where survivors are judged again: an interpreter (its torch) and the simulator stack, if not the default."""
+
+    python: Path
+    torch: str
+    stack: str = ""
+
+    @property
+    def label(self) -> str:
+        """How a result's ``judged_on`` names it."""
+        return f"{self.torch} stack={self.stack}" if self.stack else self.torch
+
+    @property
+    def args(self) -> list[str]:
+        """What the judge is told (``--stack``)."""
+        return ["--stack", self.stack] if self.stack else []
+
+
+def _other_stacks(target: MutationTarget, asked: str, default: str) -> list[str]:
+    """The stacks ``--other-stacks`` names for ``target``: 'auto' is every one it models but ``default``."""
+    if asked == "off" or not target.stacks:
+        return []
+    if asked == "auto":
+        return [s for s in target.stacks if s != default]
+    named = [s.strip() for s in asked.split(",") if s.strip()]
+    unknown = [s for s in named if s not in target.stacks]
+    if unknown:
+        raise ValueError(f"--other-stacks {unknown}: target {target.name} models {', '.join(target.stacks)}")
+    return [s for s in named if s != default]
 
 
 def _pick(population: list[Mutant], args: argparse.Namespace, done: dict[str, Any]) -> list[Mutant]:
@@ -66,18 +104,18 @@ def _meta(path: Path, defaults: dict[str, Any]) -> dict[str, Any]:
     old = json.loads(path.read_text()) if path.exists() else {}
     same = old.get("digest") == defaults["digest"]
     sampled = defaults.pop("sampled", True)
-    kept = {"newest_torch": old["newest_torch"]} if same and old.get("newest_torch") else {}
+    kept = {k: old[k] for k in ("newest_torch", "other_stacks") if same and old.get(k)}
     if same and not sampled and "seed" in old:
         kept["seed"] = old["seed"]  # a run of named mutants only keeps the sample's seed
     return defaults | kept | {"wall_seconds": old.get("wall_seconds", 0.0) if same else 0.0,
                               "runs": old.get("runs", []) if same else []}
 
 
-def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any, torch_version: str,
+def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, say: Any, on: Judgement,
               again: bool = False, first: str = "") -> Any:
     """What to do with each judged mutant: append it to the results file, record it, say it. ``again``: a
-    survivor judged again on another torch (``torch_version``): its row lists both torches (``first``, the one
-    that judged it before, where its row does not say), and what caught it names the torch that did."""
+    survivor judged again (on another torch or stack, ``on``): its row lists every judgement (``first``, the one
+    that judged it before, where its row does not say), and what caught it names the torch and stack that did."""
     from conformance.mutation.harness import CAUGHT, Judged
 
     count = [0]
@@ -85,15 +123,15 @@ def _recorder(rows_path: Path, digest: str, done: dict[str, Any], total: int, sa
     def record(j: Judged) -> None:
         count[0] += 1
         before = (done.get(j.mutant.id, {}).get("judged_on") or [first]) if again else []
-        j.judged_on = [*before, torch_version]
+        j.judged_on = [*before, on.label]
         if j.caught_by is not None:
-            j.caught_by = {**j.caught_by, "torch": torch_version}
+            j.caught_by = {**j.caught_by, "torch": on.torch, **({"stack": on.stack} if on.stack else {})}
         row = j.to_json() | {"digest": digest}
         with rows_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         done[j.mutant.id] = row
         by = j.caught_by or {}
-        say(f"[{count[0]:>3}/{total}]{' ' + torch_version if again else ''} {j.status:<8} {j.seconds:>6.1f}s "
+        say(f"[{count[0]:>3}/{total}]{' ' + on.label if again else ''} {j.status:<8} {j.seconds:>6.1f}s "
             f"{j.mutant.id}"
             + (f"  <- {by.get('requirement', '')} ws={by.get('world_size', '')}" if j.status in CAUGHT else ""))
 
@@ -119,6 +157,7 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
     from conformance.mutation.harness import torch_version as version_of
     from conformance.mutation.targets import TARGETS
     from conformance.report.write import atomic_write_text
+    from conformance.torch_compat import default_stack
 
     names = [t.strip() for t in args.target.split(",") if t.strip()]
     if not names or any(n not in TARGETS for n in names):
@@ -144,16 +183,21 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         rows_path = args.results_dir / f"{target.name}.jsonl"
         meta_path = args.results_dir / f"{target.name}.meta.json"
         done = load_results(rows_path, digest)
-        if args.newest_only:
-            if newest is None:
-                raise ValueError("--newest-only: no newer torch to judge on (--newest-torch, .venvs/torch-newest)")
+        later = ([Judgement(newest, newest_version)] if newest is not None else []) + [
+            Judgement(Path(sys.executable), torch.__version__, stack)
+            for stack in _other_stacks(target, args.other_stacks, default_stack())]
+        if args.again_only:
+            if not later:
+                raise ValueError("--again-only: no newer torch (--newest-torch, .venvs/torch-newest) and no other "
+                                 "stack (--other-stacks) to judge on")
             by_id = {m.id: m for m in population}
             todo = [by_id[i] for i, r in done.items() if i in by_id and r["status"] == SURVIVED
-                    and newest_version not in r.get("judged_on", []) and (not args.mutant or i in args.mutant)]
+                    and any(j.label not in r.get("judged_on", []) for j in later)
+                    and (not args.mutant or i in args.mutant)]
         else:
             todo = [m for m in _pick(population, args, done) if m.target == target.name]
         meta = _meta(meta_path, {"population": len(population), "seed": args.seed, "digest": digest,
-                                 "sampled": args.sample is not None and not args.newest_only,
+                                 "sampled": args.sample is not None and not args.again_only,
                                  "torch": torch.__version__, "command": target.command, "jobs": args.jobs,
                                  "judge_args": judge_args, "mutant_timeout_s": args.mutant_timeout})
         say(f"{target.name}: {len(population)} mutants; judging {len(todo)} ({len(done)} recorded) "
@@ -161,20 +205,27 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         started = time.perf_counter()
         record = None
         try:
-            if todo and not args.newest_only:
-                record = _recorder(rows_path, digest, done, len(todo), say, torch.__version__)
+            if todo and not args.again_only:
+                record = _recorder(rows_path, digest, done, len(todo), say, Judgement(Path(sys.executable),
+                                                                                      torch.__version__))
                 with interrupts.raising():
                     meta["baseline_seconds"] = round(run_mutants(ROOT, todo, args.jobs, judge_args,
                                                                  args.mutant_timeout, record), 1)
-            if todo:
-                again = [m for m in todo if done[m.id]["status"] == SURVIVED] if newest is not None else []
-                if again:  # a mutant some torch's code path reaches only there (torch 2.15's gather_single)
-                    say(f"{target.name}: judging the {len(again)} survivors again on torch {newest_version}")
-                    meta["newest_torch"] = newest_version
-                    record_again = _recorder(rows_path, digest, done, len(again), say, newest_version, again=True,
-                                             first=torch.__version__)
-                    with interrupts.raising():
-                        run_mutants(ROOT, again, args.jobs, judge_args, args.mutant_timeout, record_again, newest)
+            for on in later:  # a mutant some torch's code path (torch 2.15's gather_single) or one stack's reaches
+                again = [m for m in todo if done[m.id]["status"] == SURVIVED
+                         and on.label not in done[m.id].get("judged_on", [])]
+                if not again:
+                    continue
+                say(f"{target.name}: judging the {len(again)} survivors again on torch {on.label}")
+                if on.stack:
+                    meta["other_stacks"] = sorted({*meta.get("other_stacks", []), on.stack})
+                else:
+                    meta["newest_torch"] = on.torch
+                record_again = _recorder(rows_path, digest, done, len(again), say, on, again=True,
+                                         first=torch.__version__)
+                with interrupts.raising():
+                    run_mutants(ROOT, again, args.jobs, [*judge_args, *on.args], args.mutant_timeout, record_again,
+                                on.python)
         except KeyboardInterrupt:
             say(f"interrupted: {len(done)} mutants of {target.name} recorded in {rows_path}; run again to go on")
             return 3

@@ -44,17 +44,18 @@ def _fails_a_must(result: Result, kinds: dict[str, str]) -> bool:
     return result.level == "MUST" and kinds.get(result.requirement) == "backend" and result.outcome.failing
 
 
-def target_options(target: MutationTarget, root: Path) -> dict[str, Any] | None:
+def target_options(target: MutationTarget, root: Path, stack: str = "") -> dict[str, Any] | None:
     """The suite target's options: the target's own, with what the backend declares in its capabilities file
-    (``capabilities`` and ``options_factory``, as ``certify --capabilities-file`` reads them)."""
+    (``capabilities`` and ``options_factory``, as ``certify --capabilities-file`` reads them) and the simulator
+    ``stack`` to judge on (as ``run --stack``; empty: the target's default)."""
     declared = tomllib.loads((root / target.capabilities_file).read_text()) if target.capabilities_file else {}
-    return {**target.options, **declared} or None
+    return {**target.options, **declared, **({"stack": stack} if stack else {})} or None
 
 
 def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: float,
-                 only: tuple[str, ...] = (), root: Path | None = None) -> dict[str, Any]:
-    """Run the suite (``only`` these requirements, if given) on ``target`` until its first failing backend
-    MUST; the verdict and that case."""
+                 only: tuple[str, ...] = (), root: Path | None = None, stack: str = "") -> dict[str, Any]:
+    """Run the suite (``only`` these requirements, if given) on ``target`` (on the simulator ``stack``, if given)
+    until its first failing backend MUST; the verdict and that case."""
     if target.import_module:
         problem = probe_import(target.import_module, target.options["backend"], timeout_s)
         if problem:  # certify refuses such a module (exit 2): the mutant is caught before any check
@@ -62,7 +63,7 @@ def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: floa
     catalog = Selection(ids=only).pick(load_bound_catalog())
     kinds = {r.id: r.kind for r in catalog}
     expectations = load_target_expectations(target.suite_target)
-    options = target_options(target, root or Path.cwd())
+    options = target_options(target, root or Path.cwd(), stack)
     results: list[Result] = []
     pools = PoolSet()
     try:
@@ -93,14 +94,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world-sizes", type=inputs.world_sizes, default=[2, 4])
     parser.add_argument("--timeout", type=inputs.timeout, default=8.0, help="per-check timeout in seconds")
     parser.add_argument("--requirement", default="", help="only these requirement ids (comma-separated)")
+    parser.add_argument("--stack", default="", help="the simulator stack to judge on (default: the torch's own)")
     args = parser.parse_args(argv)
     target = TARGETS[args.target]
+    if args.stack and args.stack not in target.stacks:
+        parser.error(f"--stack {args.stack!r}: target {target.name} is judged on "
+                     f"{', '.join(target.stacks) or 'its one stack'}")
     elsewhere = imported_from(target, Path.cwd())
     if elsewhere:
         print(json.dumps({"verdict": "not-the-tree", "imported_from": elsewhere}))
         return NOT_THE_TREE
     only = tuple(r.strip() for r in args.requirement.split(",") if r.strip())
-    outcome = judge_target(target, args.world_sizes, args.timeout, only, Path.cwd())
+    outcome = judge_target(target, args.world_sizes, args.timeout, only, Path.cwd(), args.stack)
     print(json.dumps(outcome), flush=True)
     return 0 if outcome["verdict"] in (Verdict.CONFORMANT, Verdict.CONFORMANT_WITH_WAIVERS) else 1
 

@@ -118,12 +118,16 @@ def _line(row: dict[str, Any]) -> str:
 
 def _judged_by(t: dict[str, Any]) -> str:
     """The command and the torch that judged every mutant; where survivors were judged again on a newer torch
-    (``mutate --newest-torch``), that torch and how many mutants only it caught."""
+    (``mutate --newest-torch``) or on the simulator's other stacks (``--other-stacks``), those and how many mutants
+    only they caught."""
     text = f"`{t['command']}` on torch {t['torch']}"
-    newest = t.get("newest_torch")
-    if newest:
-        only = sum(len(c.get("judged_on") or []) > 1 for c in t["caught"].values())
-        text += f"; survivors again on torch {newest} ({only} caught only there)"
+    caught = [c for c in t["caught"].values() if len(c.get("judged_on") or []) > 1]
+    on_stacks = sum(bool((c.get("caught_by") or {}).get("stack")) for c in caught)
+    if t.get("newest_torch"):
+        text += f"; survivors again on torch {t['newest_torch']} ({len(caught) - on_stacks} caught only there)"
+    if t.get("other_stacks"):
+        text += (f"; survivors again on the stacks {', '.join(t['other_stacks'])} on torch {t['torch']} "
+                 f"({on_stacks} caught only there)")
     return text
 
 
