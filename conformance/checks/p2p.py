@@ -28,6 +28,7 @@ from conformance.checks.common import (
     ranked_tensor,
     refusal_words,
     require_fields,
+    sweep_groups,
     world_comm,
 )
 from conformance.checks.generated import run_plan
@@ -159,6 +160,23 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ctx.expect(not many, "communicators per unordered pair", 1, many)
     ids = [e["comm"] for e in created]  # one communicator per pair, each its own: two pairs' under one id are not
     ctx.expect(len(set(ids)) == len(ids), "ids of the pair communicators lazy P2P made", "one per pair", ids)
+    _pairs_of_another_group(ctx, set(ids))
+
+
+def _pairs_of_another_group(ctx: CheckContext, world_ids: set[str]) -> None:
+    """A second lazy group of the same ranks (new_group of every rank) makes pair communicators of its own for its
+    ring: one per unordered pair, none of them the world's (ProcessGroupNCCL keeps its communicators per process
+    group, devNCCLCommMap_, so each group's first P2P with a peer makes one)."""
+    group = ctx.new_group(list(range(ctx.world_size)))
+    since = ctx.probe.mark()
+    _exchange(ctx, ring(ctx.world_size), salt=5, group=group)
+    made = [e for e in new_comms(ctx, since) if e.get("mode") == "p2p"]
+    n, r = ctx.world_size, ctx.rank
+    want = sorted({tuple(sorted((r, p))) for p in ((r + 1) % n, (r - 1) % n)})
+    what = "a new_group of every rank after the world's P2P: pair communicators its ring made"
+    ctx.expect_equal(f"{what}, by unordered pair", want, sorted(tuple(e["members"]) for e in made))
+    reused = sorted(world_ids & {e["comm"] for e in made})
+    ctx.expect(not reused, f"{what}: ids also made by the world's P2P", "none", reused)
 
 
 @contextmanager
@@ -257,18 +275,72 @@ def data(ctx: CheckContext) -> None:
                    f"an error naming one of {list(words)}", str(exc))
         ctx.note(f"non-contiguous P2P refused clearly: {exc}")
         dist.barrier()
-        _tags_and_any_source(ctx)
-        _long_channel(ctx)
-        _beside_large_collectives(ctx)
-        return _generated(ctx)
+        return _beyond_views(ctx)
     expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
     ctx.expect_equal("non-contiguous view received into a non-contiguous view", expected.tolist(),
                      view[:, 1::2].cpu().tolist())
     ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
+    _beyond_views(ctx)
+
+
+def _beyond_views(ctx: CheckContext) -> None:
+    """P2P-DATA's cases after the views: tags and sources, one long channel, sends pending across collectives,
+    subgroups, the generated cases."""
     _tags_and_any_source(ctx)
     _long_channel(ctx)
     _beside_large_collectives(ctx)
+    _in_subgroups(ctx)
     _generated(ctx)
+
+
+def _in_subgroups(ctx: CheckContext) -> None:
+    """P2P on each group of the sweep but the world (halves, odd and even ranks, the ranks above 0, ...), peers
+    named by global rank as torch takes them (torch hands the backend group ranks): a ring among the members with
+    isend/irecv (tagged where the target matches tags), the same ring in one batch_isend_irecv, and, where the
+    target receives from any source, recv(src=None) on the last member from every other, which must report each
+    sender's global rank (torch maps the backend's group rank back). A backend that takes a group rank for a
+    global one, or the reverse, sends to or reports the wrong rank."""
+    found = Findings(ctx)
+    tag = 3 if "p2p_tags" in ctx.target.capabilities else 0
+    for label, group, members in sweep_groups(ctx):
+        if label == "world" or len(members) < 2:
+            continue
+        order = sorted(members)
+        i = order.index(ctx.rank)
+        nxt, prv = order[(i + 1) % len(order)], order[(i - 1) % len(order)]
+        for k, how in enumerate(("isend/irecv", "batch_isend_irecv")):
+            sent = torch.arange(3, dtype=torch.int64, device=ctx.device) + 100 * ctx.rank + 10 * k
+            got = torch.full((3,), -1, dtype=torch.int64, device=ctx.device)
+            if k == 0:
+                works = [dist.isend(sent, nxt, group=group, tag=tag), dist.irecv(got, prv, group=group, tag=tag)]
+            else:
+                works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, nxt, group=group),
+                                                dist.P2POp(dist.irecv, got, prv, group=group)])
+            for work in works:
+                work.wait()
+            found.case(expect_exact, ctx, got, [100 * prv + 10 * k + j for j in range(3)],
+                       f"{label}: {how} ring, the message of global rank {prv}")
+        if "p2p_any_source" in ctx.target.capabilities:
+            found.case(_any_source_in, ctx, group, label, order)
+    found.conclude()
+
+
+def _any_source_in(ctx: CheckContext, group: dist.ProcessGroup, label: str, members: list[int]) -> None:
+    """The last member takes one message from every other member with recv(src=None) on ``group``: each
+    reported source is the sender's global rank, and the payload is that sender's."""
+    last = members[-1]
+    if ctx.rank != last:
+        dist.send(torch.full((2,), float(ctx.rank), device=ctx.device), last, group=group)
+        return
+    taken = []  # every message first, then the verdict: a sender must not be left waiting on a failed receiver
+    for _ in members[:-1]:
+        buf = torch.full((2,), -1.0, device=ctx.device)
+        taken.append((dist.recv(buf, src=None, group=group), buf.tolist()))
+    for src, payload in taken:
+        ctx.expect_equal(f"{label}: recv(src=None) on global rank {last}: the payload of the rank it reported "
+                         f"({src})", [float(src)] * 2, payload)
+    ctx.expect_equal(f"{label}: the global ranks recv(src=None) reported on global rank {last}", members[:-1],
+                     sorted(src for src, _ in taken))
 
 
 # Messages on one (source, destination, tag) channel: past CPython's small-int cache (-5..256), so a backend
@@ -468,7 +540,6 @@ def mismatch(ctx: CheckContext) -> None:
         "dtype": (("float32", "Float"), ("float64", "Double"), peer),
         "one-element message into a larger buffer": (("1",), ("4",), peer),  # copy_ would broadcast it
         "message larger than the buffer": (("8",), ("4",), peer),  # gloo aborts the receiving process here
-        SAME_SIZE_DTYPE: (("float32", "Float"), ("int32", "Int"), peer),
     }
     # the requirement admits a timeout naming the pair; where the check itself bounds the wait (a device backend
     # whose wait() only orders streams), the timeout is the check's and the backend's message can only name the op
@@ -480,16 +551,16 @@ def mismatch(ctx: CheckContext) -> None:
         ("dtype", torch.ones(4), torch.zeros(4, dtype=torch.float64)),
         ("one-element message into a larger buffer", torch.ones(1), torch.zeros(4)),
         ("message larger than the buffer", torch.ones(8), torch.zeros(4)),
-        (SAME_SIZE_DTYPE, SAME_SIZE_SENT, torch.zeros(4, dtype=torch.int32)),
+        *((_same_size(sent.dtype, into), sent, torch.zeros(4, dtype=into)) for sent, into in SAME_SIZE_PAIRS),
     ):
         if ctx.rank == 0:
             try:
                 wait(dist.isend(send_t.to(ctx.device), 1))
             except Exception as exc:  # noqa: BLE001 - the sender may also report the mismatch
                 ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
-        elif ctx.rank == 1 and what == SAME_SIZE_DTYPE:
-            found.case(_bytes_or_refusal, ctx, lambda t=recv_t: wait(dist.irecv(t, 0)), recv_t.to(ctx.device),
-                       needles[what], timeouts)
+        elif ctx.rank == 1 and what not in needles:  # a dtype of the same element size
+            found.case(_bytes_or_refusal, ctx, what, lambda t: wait(dist.irecv(t, 0)), send_t, recv_t.to(ctx.device),
+                       (_dtype_words(send_t.dtype), _dtype_words(recv_t.dtype), peer), timeouts)
         elif ctx.rank == 1:
             found.case(expect_raises, ctx, f"recv with a {what} mismatch against rank 0's send",
                        lambda t=recv_t: wait(dist.irecv(t.to(ctx.device), 0)), contains=needles[what],
@@ -501,22 +572,42 @@ def mismatch(ctx: CheckContext) -> None:
     found.conclude()
 
 
-SAME_SIZE_DTYPE = "dtype of the same element size"
-SAME_SIZE_SENT = torch.tensor([1.5, -2.25, 3.75, 1e10])  # no value survives a float -> int conversion unchanged
+# (message, buffer dtype) of the same element size: no value survives a conversion unchanged, so received bytes
+# and converted values differ in every element
+SAME_SIZE_PAIRS = (
+    (torch.tensor([1.5, -2.25, 3.75, 1e10]), torch.int32),
+    (torch.tensor([1.5, -2.25, 3.75, 1000.0], dtype=torch.float16), torch.bfloat16),
+    (torch.tensor([3, -7, 2**40 + 1, 2**62], dtype=torch.int64), torch.float64),
+)
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # an integer view of each element size, to compare bits
 
 
-def _bytes_or_refusal(ctx: CheckContext, receive: Callable[[torch.Tensor], None], buffer: torch.Tensor,
-                      needles: tuple[Needle, ...], timeouts: tuple[Needle, ...]) -> None:
-    """A float32[4] message received into an int32[4] buffer: refused naming both dtypes and the peer (or timed
-    out naming the pair), or the sender's bytes as they are (NCCL and gloo move bytes: the buffer holds the
-    float32 bit patterns); never converted values."""
-    what = f"recv with a {SAME_SIZE_DTYPE} mismatch (float32[4] into int32[4]) against rank 0's send"
+def _same_size(sent: torch.dtype, into: torch.dtype) -> str:
+    return f"dtype of the same element size ({ref.dtype_name(sent)}[4] into {ref.dtype_name(into)}[4])"
+
+
+_SCALAR_TYPES = {torch.float32: "Float", torch.int32: "Int", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                 torch.int64: "Long", torch.float64: "Double"}  # c10's ScalarType names
+
+
+def _dtype_words(dtype: torch.dtype) -> tuple[str, str]:
+    """How a refusal may name ``dtype``: torch's name (float16) or c10's ScalarType (Half)."""
+    return ref.dtype_name(dtype), _SCALAR_TYPES[dtype]
+
+
+def _bytes_or_refusal(ctx: CheckContext, what: str, receive: Callable[[torch.Tensor], None], sent: torch.Tensor,
+                      buffer: torch.Tensor, needles: tuple[Needle, ...], timeouts: tuple[Needle, ...]) -> None:
+    """A message received into a buffer of another dtype of the same element size: refused naming both dtypes
+    and the peer (or timed out naming the pair), or the sender's bytes as they are (NCCL and gloo move bytes: the
+    buffer holds the sent bit patterns); never converted values."""
+    what = f"recv with a {what} mismatch against rank 0's send"
     try:
         receive(buffer)
     except Exception as exc:  # noqa: BLE001 - judged as a refusal
         expect_refusal(ctx, what, exc, needles, timeouts)
         return
-    expect_exact(ctx, buffer, SAME_SIZE_SENT.view(torch.int32).tolist(),
+    bits = _BITS[sent.element_size()]
+    expect_exact(ctx, buffer.view(bits), sent.view(bits).tolist(),
                  f"{what}: accepted, so the buffer must hold the sender's bytes (not converted values)")
 
 
