@@ -250,7 +250,10 @@ def _cycles(ctx: CheckContext, folder: Path) -> None:
             store = dist.FileStore(str(folder / "store"), n)
             if ctx.rank == n - 1:
                 time.sleep(0.3)  # the others wait for it in the world's creation
-        ctx.target.init_world(store, ctx.rank, n, WorldSpec(mode=default_mode(ctx)), ctx.timeout_s)
+        try:
+            ctx.target.init_world(store, ctx.rank, n, WorldSpec(mode=default_mode(ctx)), ctx.timeout_s)
+        except Exception as exc:
+            raise RuntimeError(f"rank {ctx.rank}: creating {where}: {type(exc).__name__}: {exc}") from exc
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, where)
         since = ctx.probe.mark()
         doomed = ctx.new_group(ranks)
