@@ -99,7 +99,8 @@ def test_a_survivor_of_the_default_stack_is_judged_on_the_others(tmp_path: Path)
     assert caught["judged_on"] == [torch.__version__, f"{torch.__version__} stack=torchcomms",
                                    f"{torch.__version__} stack=nccl-lazy"], said
     assert caught["caught_by"]["requirement"] == "P2P-DATA" and caught["caught_by"]["stack"] == "nccl-lazy", caught
-    assert "survivors again on the stacks nccl-lazy, torchcomms" in (tmp_path / "mutation.md").read_text()
+    assert (f"survivors again on the other stacks (nccl-lazy, torchcomms on torch {torch.__version__}; 1 caught only "
+            "there)") in (tmp_path / "mutation.md").read_text()
 
 
 def test_enumeration_skips_annotations_and_defect_switch_branches() -> None:
@@ -267,3 +268,16 @@ def test_a_triage_entry_carries_to_the_same_change_moved() -> None:
     built = report.build({"t": {"command": "c", "torch": "t", "population": 1, "seed": 0, "digest": "d",
                                 "wall_seconds": 1.0, "rows": [moved]}}, triage)
     assert "equivalent (carried from `f.py:3:8:NumberReplacer`)" in report.render(built)
+
+
+def test_a_kill_by_a_hang_carries_where_the_stuck_ranks_were() -> None:
+    from conformance.mutation.judge import STACK_TAIL, _stuck
+    from conformance.outcomes import Outcome
+    from conformance.report.model import RankOutcome, Result
+
+    dump = "x" * STACK_TAIL + "File simulator/control.py, line 188 in wait_until"
+    ranks = [RankOutcome(0, Outcome.ERROR, "RankTimeout: ranks [1] never arrived"),
+             RankOutcome(1, Outcome.ERROR, "no result", traceback=dump, status="timeout")]
+    hung = Result("API-LIFECYCLE", "api", "MUST", 2, Outcome.ERROR, "rank 0: RankTimeout", 15.0, ranks=ranks)
+    assert _stuck(hung) == {"stacks": {1: dump[-STACK_TAIL:]}}
+    assert _stuck(Result("P2P-DATA", "p2p", "MUST", 2, Outcome.FAIL, "wrong data", 1.0, ranks=ranks[:1])) == {}

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.version import Version
+
 from conformance import inputs, interrupts
 
 if TYPE_CHECKING:
@@ -183,9 +185,10 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
         rows_path = args.results_dir / f"{target.name}.jsonl"
         meta_path = args.results_dir / f"{target.name}.meta.json"
         done = load_results(rows_path, digest)
-        later = ([Judgement(newest, newest_version)] if newest is not None else []) + [
-            Judgement(Path(sys.executable), torch.__version__, stack)
-            for stack in _other_stacks(target, args.other_stacks, default_stack())]
+        torches = [(Path(sys.executable), torch.__version__), *([(newest, newest_version)] if newest else [])]
+        later = [Judgement(python, version, stack) for python, version in torches
+                 for stack in ("", *_other_stacks(target, args.other_stacks, default_stack(running=Version(version))))
+                 if stack or version != torch.__version__]  # this torch's default stack judged them first
         if args.again_only:
             if not later:
                 raise ValueError("--again-only: no newer torch (--newest-torch, .venvs/torch-newest) and no other "
@@ -218,7 +221,8 @@ def cmd_mutate(args: argparse.Namespace, say: Any = print) -> int:
                     continue
                 say(f"{target.name}: judging the {len(again)} survivors again on torch {on.label}")
                 if on.stack:
-                    meta["other_stacks"] = sorted({*meta.get("other_stacks", []), on.stack})
+                    stacks = meta.setdefault("other_stacks", {})
+                    stacks[on.torch] = sorted({*stacks.get(on.torch, []), on.stack})
                 else:
                     meta["newest_torch"] = on.torch
                 record_again = _recorder(rows_path, digest, done, len(again), say, on, again=True,

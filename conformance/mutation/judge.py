@@ -29,6 +29,7 @@ from conformance.runner.pool import PoolSet
 from conformance.session import Selection, judge, load_bound_catalog, load_target_expectations
 
 NOT_THE_TREE = 5
+STACK_TAIL = 1200  # characters kept of a stuck rank's stack dump
 
 
 def imported_from(target: MutationTarget, root: Path) -> str:
@@ -42,6 +43,13 @@ def imported_from(target: MutationTarget, root: Path) -> str:
 
 def _fails_a_must(result: Result, kinds: dict[str, str]) -> bool:
     return result.level == "MUST" and kinds.get(result.requirement) == "backend" and result.outcome.failing
+
+
+def _stuck(result: Result) -> dict[str, dict[int, str]]:
+    """Where each rank the runner gave up on (timed out, or abandoned after a peer failed) was: the end of its
+    stack dump, so that a kill by a hang can be told from a flake of the machine."""
+    stuck = {r.rank: r.traceback[-STACK_TAIL:] for r in result.ranks if r.status in ("timeout", "aborted")}
+    return {"stacks": stuck} if stuck else {}
 
 
 def target_options(target: MutationTarget, root: Path, stack: str = "") -> dict[str, Any] | None:
@@ -78,7 +86,8 @@ def judge_target(target: MutationTarget, world_sizes: list[int], timeout_s: floa
                 if _fails_a_must(result, kinds):
                     return {"verdict": str(Verdict.NON_CONFORMANT), "cases": len(results),
                             "first_failure": {"requirement": result.requirement, "world_size": n,
-                                              "outcome": result.outcome.value, "detail": result.detail[:400]}}
+                                              "outcome": result.outcome.value, "detail": result.detail[:400],
+                                              **_stuck(result)}}
     finally:
         pools.close()
     return {"verdict": str(compute_verdict(results, interrupted=False)), "cases": len(results),

@@ -126,8 +126,8 @@ def _judged_by(t: dict[str, Any]) -> str:
     if t.get("newest_torch"):
         text += f"; survivors again on torch {t['newest_torch']} ({len(caught) - on_stacks} caught only there)"
     if t.get("other_stacks"):
-        text += (f"; survivors again on the stacks {', '.join(t['other_stacks'])} on torch {t['torch']} "
-                 f"({on_stacks} caught only there)")
+        on = "; ".join(f"{', '.join(stacks)} on torch {version}" for version, stacks in t["other_stacks"].items())
+        text += f"; survivors again on the other stacks ({on}; {on_stacks} caught only there)"
     return text
 
 
