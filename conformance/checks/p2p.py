@@ -285,12 +285,31 @@ def data(ctx: CheckContext) -> None:
 
 def _beyond_views(ctx: CheckContext) -> None:
     """P2P-DATA's cases after the views: tags and sources, one long channel, sends pending across collectives,
-    subgroups, the generated cases."""
+    subgroups, two groups of the same ranks, the generated cases."""
     _tags_and_any_source(ctx)
     _long_channel(ctx)
     _beside_large_collectives(ctx)
     _in_subgroups(ctx)
+    _groups_kept_apart(ctx)
     _generated(ctx)
+
+
+def _groups_kept_apart(ctx: CheckContext) -> None:
+    """Two groups of the same ranks keep their P2P apart: each rank isends the next one a message on the first
+    group and another on the second, same tag, and the receiver takes the second group's first: each receive gets
+    its own group's message (a backend that keys a channel by peer and tag alone hands over the first group's)."""
+    n, r = ctx.world_size, ctx.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    first, second = ctx.new_group(list(range(n))), ctx.new_group(list(range(n)))
+    got = {name: torch.full((2,), -1.0, device=ctx.device) for name in ("first", "second")}
+    sends = [dist.isend(torch.full((2,), float(10 * r + k), device=ctx.device), nxt, group=g)
+             for k, g in enumerate((first, second))]
+    receives = [dist.irecv(got["second"], prv, group=second), dist.irecv(got["first"], prv, group=first)]
+    for work in sends + receives:
+        work.wait()
+    ctx.expect_equal(f"messages of rank {prv} on two groups of the same ranks, the second group's received first: "
+                     "(first group's, second group's)", ([10.0 * prv] * 2, [10.0 * prv + 1] * 2),
+                     (got["first"].tolist(), got["second"].tolist()))
 
 
 def _in_subgroups(ctx: CheckContext) -> None:
