@@ -419,11 +419,18 @@ def _beside_large_collectives(ctx: CheckContext) -> None:
 
 
 def _generated(ctx: CheckContext) -> None:
-    """The generated P2P cases (sizes from empty to MiBs, every dtype and value kind, layouts, tags, sources)."""
+    """The generated P2P cases (sizes from empty to MiBs, every dtype and value kind, layouts, tags, sources), on
+    the world and on the group of the ranks above 0 (group rank j is global rank j + 1)."""
     _many_ahead(ctx)
     found = Findings(ctx)
     world = list(range(ctx.world_size))
     run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c), world, "world")
+    found.checkpoint()
+    upper = world[1:]
+    group = ctx.new_group(upper)
+    if ctx.rank in upper and len(upper) > 1:
+        run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c, group, upper), upper,
+                 f"ranks {upper}")
     found.conclude()
 
 

@@ -42,11 +42,13 @@ def _step(n: int, distance: str) -> int:
     return {"next": 1, "previous": n - 1, "opposite": max(1, n // 2)}[distance]
 
 
-def p2p_case(ctx: CheckContext, case: Case) -> None:
-    """One exchange around the ring at the case's distance; the received view must hold the sender's input."""
-    n, r, dtype = ctx.world_size, ctx.rank, case["dtype"]
-    step = _step(n, case["distance"])
-    dst, src = (r + step) % n, (r - step) % n
+def p2p_case(ctx: CheckContext, case: Case, group: Any = None, members: list[int] | None = None) -> None:
+    """One exchange around the ring of ``members`` (global ranks, in order; default the world) on ``group`` at the
+    case's distance, peers named by global rank; the received view must hold the sender's input."""
+    members = members or list(range(ctx.world_size))
+    n, r, dtype = len(members), ctx.rank, case["dtype"]
+    step, i = _step(n, case["distance"]), members.index(ctx.rank)
+    dst, src = members[(i + step) % n], members[(i - step) % n]
     count = gc.numel(case["size"], dtype, n)
     ins = cc.member_inputs(ctx, case, [r, src], count, None)
     send_layout, recv_layout = case["layout"], case["out_layout"]
@@ -61,18 +63,18 @@ def p2p_case(ctx: CheckContext, case: Case) -> None:
     observed: list[Any] = []
 
     def exchange() -> None:
-        work = dist.isend(sent.view, dst, tag=tag)
+        work = dist.isend(sent.view, dst, group=group, tag=tag)
         if any_source:
-            observed.append(dist.recv(got.view, src=None, tag=tag))
+            observed.append(dist.recv(got.view, src=None, group=group, tag=tag))
         else:
-            dist.irecv(got.view, src, tag=tag).wait()
+            dist.irecv(got.view, src, group=group, tag=tag).wait()
         work.wait()
 
     try:
         cc.run(ctx, case, what, None, exchange, required=dtype in REQUIRED)
     finally:  # no rank sends the next case's message before every any-source recv of this one has matched
         if any_source:
-            agree(ctx, list(range(n)), "p2p any-source", "done")
+            agree(ctx, members, f"p2p any-source {members}", "done")
     if any_source and observed[0] != src:
         raise CheckFailed(f"rank {r}: {what}: recv(src=None) reported source {observed[0]}, expected {src}")
     cc.expect(ctx, what, got, data.Expected(ins[src]))
