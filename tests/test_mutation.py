@@ -281,3 +281,10 @@ def test_a_kill_by_a_hang_carries_where_the_stuck_ranks_were() -> None:
     hung = Result("API-LIFECYCLE", "api", "MUST", 2, Outcome.ERROR, "rank 0: RankTimeout", 15.0, ranks=ranks)
     assert _stuck(hung) == {"stacks": {1: dump[-STACK_TAIL:]}}
     assert _stuck(Result("P2P-DATA", "p2p", "MUST", 2, Outcome.FAIL, "wrong data", 1.0, ranks=ranks[:1])) == {}
+
+
+def test_the_simulator_target_lists_every_stack_the_simulator_models() -> None:
+    from simulator.stacks import STACKS
+
+    # targets.py names them without importing the simulator (listing targets must not load torch)
+    assert TARGETS["simulator"].stacks == tuple(STACKS)

@@ -401,25 +401,10 @@ def list_collectives(ctx: CheckContext) -> None:
     def declined(*ops: str) -> tuple[str, ...]:  # a refusal names the op; torch's own error for a Python
         return (*ops, NO_OP)  # ProcessGroup that lacks the op names the device instead (noted in the report)
 
-    for root in range(n):
-        got = [torch.zeros(3, device=dev) for _ in range(n)] if r == root else None
-        if optional_case(ctx, f"gather to root {root}", lambda got=got, root=root: dist.gather(
-                torch.tensor(block(r, 2), device=dev), gather_list=got, dst=root), declined("gather"),
-                kind="gather (lists)") and got:
-            for j, t in enumerate(got):
-                found.case(expect_exact, ctx, t, block(j, 2), f"gather to root {root}: block from rank {j}")
-        out = torch.zeros(3, device=dev)  # gloo scatters equal sizes only
-        sent = [torch.tensor(block(root, j)[:1] * 3, device=dev) for j in range(n)] if r == root else None
-        if optional_case(ctx, f"scatter from root {root}", lambda out=out, sent=sent, root=root: dist.scatter(
-                out, scatter_list=sent, src=root), declined("scatter"), kind="scatter (lists)"):
-            found.case(expect_exact, ctx, out, block(root, r)[:1] * 3, f"scatter from root {root}")
+    world = list(range(n))
+    _gather_scatter(ctx, found, block, declined, None, world, "")
     _gather_single(ctx, found, block)
-    outs = [torch.zeros(r + 1, device=dev) for _ in range(n)]
-    ins = [torch.tensor(block(r, j), device=dev) for j in range(n)]
-    if optional_case(ctx, "all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins),
-                     declined("alltoall", "all_to_all"), kind="all_to_all (lists, uneven)"):
-        for j, t in enumerate(outs):
-            found.case(expect_exact, ctx, t, block(j, r), f"all_to_all: block from rank {j}")
+    _uneven_all_to_all(ctx, found, block, declined, None, world, "")
     # equal shapes, which gloo supports (it refuses the uneven ones above for their sizes): a backend may decline
     # the list form only as unsupported, not refuse these shapes as disagreeing
     outs = [torch.zeros(2, device=dev) for _ in range(n)]
@@ -450,32 +435,44 @@ def _lists_in_upper_group(ctx: CheckContext, found: Findings, block: Callable[[i
     group rank j is global rank j + 1 (roots named by global rank, as torch takes them): a backend that reads a
     group rank as a global one, or the reverse, gathers from or scatters to the wrong rank. Each op runs there
     exactly when it ran on the world (the same kinds)."""
-    n, r, dev = ctx.world_size, ctx.rank, ctx.device
-    members = list(range(1, n))
+    members = list(range(1, ctx.world_size))
     group = ctx.new_group(members)
-    if r not in members or len(members) < 2:
-        return
-    where = f"ranks {members}"
+    if ctx.rank in members and len(members) > 1:
+        _gather_scatter(ctx, found, block, declined, group, members, f"ranks {members}: ")
+        _uneven_all_to_all(ctx, found, block, declined, group, members, f"ranks {members}: ")
+
+
+def _gather_scatter(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
+                    declined: Callable[..., tuple[str, ...]], group: Any, members: list[int], where: str) -> None:
+    """gather to and scatter from every member of ``group`` (None: the world), roots named by global rank: each
+    exact in group-rank order, or refused naming the op (alike for every root: optional_case's kinds)."""
+    r, dev = ctx.rank, ctx.device
     for root in members:
         got = [torch.zeros(3, device=dev) for _ in members] if r == root else None
-        if optional_case(ctx, f"{where}: gather to global rank {root}", lambda got=got, root=root: dist.gather(
+        if optional_case(ctx, f"{where}gather to root {root}", lambda got=got, root=root: dist.gather(
                 torch.tensor(block(r, 2), device=dev), gather_list=got, dst=root, group=group), declined("gather"),
                 kind="gather (lists)") and got:
             for j, t in zip(members, got):
-                found.case(expect_exact, ctx, t, block(j, 2), f"{where}: gather to global rank {root}: block from "
-                           f"global rank {j}")
-        out = torch.zeros(3, device=dev)
+                found.case(expect_exact, ctx, t, block(j, 2), f"{where}gather to root {root}: block from rank {j}")
+        out = torch.zeros(3, device=dev)  # gloo scatters equal sizes only
         sent = [torch.tensor(block(root, j)[:1] * 3, device=dev) for j in members] if r == root else None
-        if optional_case(ctx, f"{where}: scatter from global rank {root}", lambda out=out, sent=sent, root=root:
+        if optional_case(ctx, f"{where}scatter from root {root}", lambda out=out, sent=sent, root=root:
                          dist.scatter(out, scatter_list=sent, src=root, group=group), declined("scatter"),
                          kind="scatter (lists)"):
-            found.case(expect_exact, ctx, out, block(root, r)[:1] * 3, f"{where}: scatter from global rank {root}")
+            found.case(expect_exact, ctx, out, block(root, r)[:1] * 3, f"{where}scatter from root {root}")
+
+
+def _uneven_all_to_all(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
+                       declined: Callable[..., tuple[str, ...]], group: Any, members: list[int], where: str) -> None:
+    """all_to_all of uneven tensor lists among ``members`` on ``group`` (None: the world): member j's block
+    from each other member, exact, or refused naming the op."""
+    r, dev = ctx.rank, ctx.device
     outs = [torch.zeros(r + 1, device=dev) for _ in members]
     ins = [torch.tensor(block(r, j), device=dev) for j in members]
-    if optional_case(ctx, f"{where}: all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins, group=group),
+    if optional_case(ctx, f"{where}all_to_all (lists, uneven)", lambda: dist.all_to_all(outs, ins, group=group),
                      declined("alltoall", "all_to_all"), kind="all_to_all (lists, uneven)"):
         for j, t in zip(members, outs):
-            found.case(expect_exact, ctx, t, block(j, r), f"{where}: all_to_all: block from global rank {j}")
+            found.case(expect_exact, ctx, t, block(j, r), f"{where}all_to_all: block from rank {j}")
 
 
 def _coalesced_longer_refused(ctx: CheckContext, block: Callable[[int, int], list[float]]) -> None:

@@ -14,6 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from conformance.checks import collective_cases as cc
 from conformance.checks import p2p_cases
 from conformance.checks import reference as ref
 from conformance.checks.common import (
@@ -316,7 +317,7 @@ def _in_subgroups(ctx: CheckContext) -> None:
     """P2P on each group of the sweep but the world (halves, odd and even ranks, the ranks above 0, ...), peers
     named by global rank as torch takes them (torch hands the backend group ranks): a ring among the members with
     isend/irecv (tagged where the target matches tags), the same ring in one batch_isend_irecv, and, where the
-    target receives from any source, recv(src=None) on the last member from every other, which must report each
+    target receives from any source, recv(src=None) on the first member from every other, which must report each
     sender's global rank (torch maps the backend's group rank back). A backend that takes a group rank for a
     global one, or the reverse, sends to or reports the wrong rank."""
     found = Findings(ctx)
@@ -344,21 +345,22 @@ def _in_subgroups(ctx: CheckContext) -> None:
     found.conclude()
 
 
-def _any_source_in(ctx: CheckContext, group: dist.ProcessGroup, label: str, members: list[int]) -> None:
-    """The last member takes one message from every other member with recv(src=None) on ``group``: each
-    reported source is the sender's global rank, and the payload is that sender's."""
-    last = members[-1]
-    if ctx.rank != last:
-        dist.send(torch.full((2,), float(ctx.rank), device=ctx.device), last, group=group)
+def _any_source_in(ctx: CheckContext, group: dist.ProcessGroup | None, label: str, members: list[int]) -> None:
+    """The first member (global ranks, sorted) takes one message from every other member with recv(src=None) on
+    ``group`` (None: the world): each reported source is the sender's global rank, and the payload is that
+    sender's."""
+    first, others = members[0], members[1:]
+    if ctx.rank != first:
+        dist.send(torch.full((2,), float(ctx.rank), device=ctx.device), first, group=group)
         return
     taken = []  # every message first, then the verdict: a sender must not be left waiting on a failed receiver
-    for _ in members[:-1]:
+    for _ in others:
         buf = torch.full((2,), -1.0, device=ctx.device)
         taken.append((dist.recv(buf, src=None, group=group), buf.tolist()))
     for src, payload in taken:
-        ctx.expect_equal(f"{label}: recv(src=None) on global rank {last}: the payload of the rank it reported "
+        ctx.expect_equal(f"{label}: recv(src=None) on global rank {first}: the payload of the rank it reported "
                          f"({src})", [float(src)] * 2, payload)
-    ctx.expect_equal(f"{label}: the global ranks recv(src=None) reported on global rank {last}", members[:-1],
+    ctx.expect_equal(f"{label}: the global ranks recv(src=None) reported on global rank {first}", others,
                      sorted(src for src, _ in taken))
 
 
@@ -456,17 +458,7 @@ def _tags_and_any_source(ctx: CheckContext) -> None:
         ctx.note("tag matching not checked: the target lacks capability p2p_tags (NCCL ignores tags); "
                  "a backend whose tags select among messages declares p2p_tags")
     if "p2p_any_source" in ctx.target.capabilities:
-        if r == 0:
-            seen = set()
-            for _ in range(n - 1):
-                buf = torch.zeros(2, device=ctx.device)
-                src = dist.recv(buf, src=None)
-                ctx.expect_equal(f"any-source payload from the rank recv reported ({src})", [float(src)] * 2,
-                                 buf.tolist())
-                seen.add(src)
-            ctx.expect_equal("sources matched by recv(src=None)", set(range(1, n)), seen)
-        else:
-            dist.send(torch.full((2,), float(r), device=ctx.device), 0)
+        _any_source_in(ctx, None, "world", list(range(n)))
         # rank 0's any-source receives take whichever tag-0 message comes first (torch's semantics): the last rank
         # sends it the mix below only once every one of them has matched (tests/vendor/test_timing.py)
         dist.barrier()
@@ -586,7 +578,7 @@ def mismatch(ctx: CheckContext) -> None:
                 ctx.note(f"{what} mismatch reported on the sender: {type(exc).__name__}: {exc}")
         elif ctx.rank == 1 and what not in needles:  # a dtype of the same element size
             found.case(_bytes_or_refusal, ctx, what, lambda t: wait(dist.irecv(t, 0)), send_t, recv_t.to(ctx.device),
-                       (_dtype_words(send_t.dtype), _dtype_words(recv_t.dtype), peer), timeouts)
+                       (cc.ALIASES[send_t.dtype], cc.ALIASES[recv_t.dtype], peer), timeouts)
         elif ctx.rank == 1:
             found.case(expect_raises, ctx, f"recv with a {what} mismatch against rank 0's send",
                        lambda t=recv_t: wait(dist.irecv(t.to(ctx.device), 0)), contains=needles[what],
@@ -610,15 +602,6 @@ _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}  # an integer view of e
 
 def _same_size(sent: torch.dtype, into: torch.dtype) -> str:
     return f"dtype of the same element size ({ref.dtype_name(sent)}[4] into {ref.dtype_name(into)}[4])"
-
-
-_SCALAR_TYPES = {torch.float32: "Float", torch.int32: "Int", torch.float16: "Half", torch.bfloat16: "BFloat16",
-                 torch.int64: "Long", torch.float64: "Double"}  # c10's ScalarType names
-
-
-def _dtype_words(dtype: torch.dtype) -> tuple[str, str]:
-    """How a refusal may name ``dtype``: torch's name (float16) or c10's ScalarType (Half)."""
-    return ref.dtype_name(dtype), _SCALAR_TYPES[dtype]
 
 
 def _bytes_or_refusal(ctx: CheckContext, what: str, receive: Callable[[torch.Tensor], None], sent: torch.Tensor,
