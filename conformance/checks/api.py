@@ -31,6 +31,7 @@ from conformance.checks.common import (
 )
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
+from conformance.checks.programs import check_programs
 from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
@@ -546,3 +547,11 @@ def _gather_single_oversized(ctx: CheckContext, gather_single: Callable[..., Any
         expect_exact(ctx, exact, want, f"{what}: then into float32[{2 * n}]")
 
 
+
+
+@check("API-OP-PROGRAMS")
+def op_programs(ctx: CheckContext) -> None:
+    """Seeded programs of collectives and P2P over the world and its subgroups, some async and waited out of
+    order: every output exact when its op returns or its wait does, and still at the program's end."""
+    ctx.init_world(default_mode(ctx))
+    check_programs(ctx)
