@@ -103,7 +103,8 @@ BACKEND = textwrap.dedent('''
     dist.Backend.register_backend("scratchccl", _create, extended_api=True, devices=["cpu"])
 ''')
 # gloo's own defects, which the wrapper inherits (conformance/expectations/gloo.toml waives them for gloo).
-INHERITED = {"P2P-MISMATCH", "COLL-NONCONTIGUOUS", "COLL-ALLTOALL-UNEVEN"}
+INHERITED = {"P2P-MISMATCH", "COLL-NONCONTIGUOUS", "COLL-ALLTOALL-UNEVEN",
+             "API-OP-PROGRAMS"}  # gloo crashes on reduce_scatter_tensor into a 0-d output
 # gloo's on some versions only (waived for torch 2.13: the async all_gather_into_tensor future holds the input)
 INHERITED_SOMETIMES = {"API-WORK-FUTURE"}
 # and one contract it breaks itself: no group_name, so its subgroups cannot be destroyed

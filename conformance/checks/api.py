@@ -31,7 +31,7 @@ from conformance.checks.common import (
 )
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
-from conformance.checks.programs import check_programs
+from conformance.checks.program_runs import check_programs
 from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
