@@ -13,7 +13,7 @@ from conformance.checks import coalescing_cases, p2p_cases
 from conformance.checks import collective_cases as cc
 from conformance.checks import collective_refusals as refusals
 from conformance.checks.cases import Generation, Plan, show
-from conformance.checks.programs import KINDS, P2P, all_programs, coverage, dimensions, program_partitions
+from conformance.checks.programs import all_programs, coverage, dimensions, possible_kinds, program_groups
 
 
 def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan, int]]]:
@@ -39,9 +39,8 @@ def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan
 def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, int, str, list[str], list[str]]]:
     """(requirement, plan, cases, dimension, boundary values hit, boundary values missed) for every dimension;
     API-OP-PROGRAMS' rows count the steps of its programs (every kind offered, tags declared)."""
-    groups = [list(range(world_size))] + [part for parts in program_partitions(world_size) for part in parts]
-    kinds = tuple(k for k in KINDS if k not in P2P or world_size > 1)
-    drawn = [s for steps in all_programs(generation.seed, generation.budget, groups, True, kinds) for s in steps]
+    drawn = [s for steps in all_programs(generation.seed, generation.budget, program_groups(world_size), True,
+                                         possible_kinds(world_size)) for s in steps]
     hit = coverage(drawn)
     for dim, values in dimensions().items():
         yield ("API-OP-PROGRAMS", "programs", len(drawn), dim, [v for v in values if v in hit[dim]],

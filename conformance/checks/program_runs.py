@@ -8,7 +8,6 @@ store; the failure names the seed and the shortest failing program found.
 
 from __future__ import annotations
 
-import datetime
 import random
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,28 +18,21 @@ import torch.distributed as dist
 from conformance.checks.cases import stable_seed
 from conformance.checks.generated import MAX_SHRINK_STEPS, agree
 from conformance.checks.program_steps import Issued, complete, issue
-from conformance.checks.programs import KINDS, P2P, STEPS, Step, all_programs, coverage, dimensions, program_partitions
+from conformance.checks.programs import (
+    STEPS,
+    Step,
+    all_programs,
+    coverage,
+    dimensions,
+    possible_kinds,
+    program_groups,
+    program_partitions,
+)
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed
-from conformance.torch_compat import nonmember_new_group_works
 
 WAIT_SHARE = 0.35  # after each step, the chance (repeated) that this rank completes an outstanding op now
 RAISED = "raised"
-
-
-def make_partition(ctx: CheckContext, parts: list[list[int]]) -> list[Any]:
-    """Each part's group (NON_GROUP_MEMBER where this rank is not in it), every rank in exactly one. Where a
-    bound world cannot take non-members through new_group (``CheckContext.new_group``), one split_group of every
-    part: a split that leaves ranks out registers a group on its members only, and torch before 2.15 salts the
-    hashed name of the next split with that count, so members of a later split would name their group
-    differently (v2.13.0 distributed_c10d.py:5464-5468; 2.15 salts with a count every rank keeps,
-    v2.15.0 :6728-6740). Elsewhere a new_group per part, as torch requires, in order."""
-    world = dist.group.WORLD
-    if nonmember_new_group_works(ctx.target.target.stack) or world is None or world.bound_device_id is None \
-            or len(parts) == 1:
-        return [ctx.new_group(part) for part in parts]
-    mine = dist.split_group(split_ranks=parts, timeout=datetime.timedelta(seconds=ctx.timeout_s))
-    return [mine if ctx.rank in part else dist.GroupMember.NON_GROUP_MEMBER for part in parts]
 
 
 Failure = tuple[int, str]  # (the step's index in the drawn program, what was wrong)
@@ -127,9 +119,9 @@ def shrink(ctx: CheckContext, steps: list[Step], outcome: Outcome, groups: list[
         return result if result.failed else None
 
     tries = 1
-    synced = attempt([replace(s, is_async=False) for s in steps])
-    if synced is not None:
-        best, outcome, seen = [replace(s, is_async=False) for s in steps], synced, synced.seen
+    sync = [replace(s, is_async=False) for s in steps]
+    if (synced := attempt(sync)) is not None:
+        best, outcome, seen = sync, synced, synced.seen
     cut = best[:outcome.first + 1]
     position = len(cut) - 2  # the step before the first failing one
     if len(cut) < len(best):
@@ -150,9 +142,7 @@ def offered_kinds(ctx: CheckContext, world: Any) -> tuple[str, ...]:
     step); a kind refused naming it (``optional_case``) on any rank is left out of every program."""
     members = list(range(ctx.world_size))
     refused = []
-    for number, kind in enumerate(KINDS):
-        if kind in P2P and len(members) < 2:
-            continue
+    for number, kind in enumerate(possible_kinds(ctx.world_size)):
         step = Step(index=-1 - number, kind=kind, group=0, dtype=torch.float32, numel=1, op="SUM", root=0, tag=0,
                     is_async=False)
         issued = issue(ctx, step, world, members, f"{kind} on the world (is it offered?)")
@@ -163,18 +153,15 @@ def offered_kinds(ctx: CheckContext, world: Any) -> tuple[str, ...]:
             refused.append(kind)
     answers = agree(ctx, members, "program/offered", ",".join(refused))
     left_out = {k for answer in answers for k in answer.split(",") if k}
-    return tuple(k for k in KINDS if k not in left_out and (k not in P2P or len(members) > 1))
+    return tuple(k for k in possible_kinds(ctx.world_size) if k not in left_out)
 
 
 def check_programs(ctx: CheckContext) -> None:
     """Run the run's programs on the world and every group of ``program_partitions``; fail naming the seed and
     the smallest failing program found."""
     generation, n = ctx.generation, ctx.world_size
-    groups: list[list[int]] = [list(range(n))]
-    handles: list[Any] = [dist.group.WORLD]
-    for parts in program_partitions(n):
-        groups.extend(parts)
-        handles.extend(make_partition(ctx, parts))
+    groups = program_groups(n)
+    handles = [dist.group.WORLD] + [g for parts in program_partitions(n) for g in ctx.new_partition(parts)]
     offered = offered_kinds(ctx, handles[0])
     programs = all_programs(generation.seed, generation.budget, groups, "p2p_tags" in ctx.target.capabilities,
                             offered)

@@ -5,7 +5,7 @@ caches per group or per pair), and a bug there shows only when ops of several ki
 follow one another, some of them async and still outstanding while others run, completed in an order other
 than the order they were issued in and through another API than ``wait()``, or run again on the same buffers.
 A program is such a sequence, drawn from the seed: every rank draws the same steps (``draw_program``); each
-rank draws its own completion order. Every value is exact (``value``): inputs are integers from (step, sending
+rank draws its own completion order. Every value is exact (``values``): inputs are integers from (step, sending
 rank, element) that every reduction over the group keeps exact in the step's dtype, so every rank computes
 what each member receives.
 
@@ -120,6 +120,16 @@ def program_partitions(world_size: int) -> list[list[list[int]]]:
     return [[part for part in parts if part] for parts in shapes]
 
 
+def program_groups(world_size: int) -> list[list[int]]:
+    """Every group a program may use, as the index ``Step.group`` names: the world, then each partition's parts."""
+    return [list(range(world_size))] + [part for parts in program_partitions(world_size) for part in parts]
+
+
+def possible_kinds(world_size: int) -> tuple[str, ...]:
+    """The kinds a world of ``world_size`` can run: P2P kinds need two ranks."""
+    return tuple(k for k in KINDS if k not in P2P or world_size > 1)
+
+
 def draw_program(seed: int, number: int, groups: list[list[int]], tags: bool, offered: tuple[str, ...]) -> list[Step]:
     """Program ``number`` of the run with ``seed``, of the ``offered`` kinds: the same steps on every rank."""
     return _draw(seed, number + 1, groups, tags, offered)[number]
@@ -204,11 +214,6 @@ def values(step: Step, sender: int, start: int, count: int, size: int) -> torch.
         return base % (span + 1)
     shift = OFFSETS[step.dtype] if step.dtype in OFFSETS and size <= 8 else EXACT.get(step.dtype, 0) // (4 * size)
     return base % (2 * span + 1) - span + (shift if step.dtype in OFFSETS else 0) * (sender % 3 - 1)
-
-
-def value(step: Step, sender: int, i: int, size: int) -> int:
-    """Element ``i`` of ``values``."""
-    return int(values(step, sender, i, 1, size)[0])
 
 
 FOLDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

@@ -104,12 +104,29 @@ class CheckContext:
         is made as such users make it, with one ``split_group`` every rank calls; non-members get
         NON_GROUP_MEMBER either way."""
         timeout = timedelta(seconds=self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s))
-        world = dist.group.WORLD
-        if (not nonmember_new_group_works(self.target.target.stack) and world is not None
-                and world.bound_device_id is not None and set(ranks) != set(range(dist.get_world_size()))):
+        if self._subgroups_by_split() and set(ranks) != set(range(dist.get_world_size())):
             group = dist.split_group(split_ranks=[sorted(ranks)], timeout=timeout, **kwargs)
             return group if group is not None else dist.GroupMember.NON_GROUP_MEMBER
         return dist.new_group(ranks, timeout=timeout, **kwargs)
+
+    def new_partition(self, parts: list[list[int]]) -> list[Any]:
+        """Each part's group (NON_GROUP_MEMBER where this rank is not in it) for parts that hold every rank once.
+        Where ``new_group`` would split, one ``split_group`` of every part: a split that leaves ranks out
+        registers a group on its members only, and torch before 2.15 salts the hashed name of the next split
+        with that count, so members of a later split would name their group differently (v2.13.0
+        distributed_c10d.py:5464-5468; 2.15 salts with a count every rank keeps, v2.15.0 :6728-6740).
+        Elsewhere ``new_group`` per part, in order."""
+        if not self._subgroups_by_split() or len(parts) == 1:
+            return [self.new_group(part) for part in parts]
+        mine = dist.split_group(split_ranks=parts, timeout=timedelta(seconds=self.timeout_s))
+        return [mine if self.rank in part else dist.GroupMember.NON_GROUP_MEMBER for part in parts]
+
+    def _subgroups_by_split(self) -> bool:
+        """Whether subgroups are made with split_group: a bound world on a stack whose new_group cannot take
+        non-members (``torch_compat``)."""
+        world = dist.group.WORLD
+        return (not nonmember_new_group_works(self.target.target.stack) and world is not None
+                and world.bound_device_id is not None)
 
     def expect(self, condition: bool, what: str, expected: Any, observed: Any) -> None:
         """Fail naming this rank, what was checked, the expected and the observed values."""
