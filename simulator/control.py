@@ -138,6 +138,7 @@ class ControlPlane:
                 except MailboxGone:  # j left before this rank looked: it posts nothing more, so waits on it time out
                     box = Mailbox(self.n)
                     box.close()
+                    box.gone = True
                 self._boxes[j] = box
             return box
 

@@ -56,6 +56,7 @@ class Mailbox:
 
     def __init__(self, n: int, ref: str | None = None) -> None:
         self.n = n
+        self.gone = False  # a stand-in for a peer's mailbox closed before this rank opened it (ControlPlane.peer)
         self._sent, self._taken, self._posted, self._rejected, self._mapped = (_FIXED + i * n for i in range(5))
         self._stamps = _FIXED + 5 * n
         self._env_len = self._stamps + n * RING

@@ -226,7 +226,9 @@ class P2PPlane:
         self._outbox = [s for s in self._outbox if s.fd >= 0]
 
     def _unreceived(self) -> bool:
-        """Whether a message this rank sent is not taken yet: its bytes, or (an empty tensor's) its envelope."""
+        """Whether a message this rank sent is not taken yet: its bytes, or (an empty tensor's) its envelope. A
+        receiver whose mailbox was gone before this rank first looked at it takes nothing more (its stand-in
+        counts nothing taken; bytes it took have left the outbox all the same): nothing to wait for there."""
         ctl = self._ctl
         with self._lock:
             self._release_taken()
@@ -234,7 +236,7 @@ class P2PPlane:
                 return True
         for dst, sent in enumerate(self._sent):
             box = ctl.peer(dst) if sent else None
-            if sent and (box is None or box.taken(ctl.me) < sent):
+            if sent and (box is None or (not box.gone and box.taken(ctl.me) < sent)):
                 return True
         return False
 
