@@ -26,6 +26,7 @@ from conformance.checks.common import (
     expect_raises,
     optional_case,
     positive_control,
+    post,
     sweep_groups,
 )
 from conformance.checks.generated import run_plan
@@ -315,7 +316,7 @@ def _late_barrier(ctx: CheckContext, group: Any, late: int, label: str, round_: 
     early_saw_absent = True
     if ctx.rank == late:
         time.sleep(LATE_S)
-        ctx.store.set(key, b"1")
+        post(ctx.store, key)  # held by the store before this rank enters the barrier
     else:  # positive control: the probe (a store key) shows the late rank has not entered yet
         early_saw_absent = not ctx.store.check([key])
     if use_async:

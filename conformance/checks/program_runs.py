@@ -43,6 +43,8 @@ def run_program(ctx: CheckContext, steps: list[Step], groups: list[list[int]], h
     """Run ``steps`` on this rank; the failures it saw, in the order seen. A backend error ends the run: it is
     raised (the members may no longer agree on what comes next)."""
     rng = random.Random(stable_seed(wait_seed, ctx.rank))
+    run = ctx.agreements.get("program/run", 0)  # every rank runs programs alike: the same count everywhere
+    ctx.agreements["program/run"] = run + 1
     failures: list[Failure] = []
     pending: list[Issued] = []
     done: list[Issued] = []
@@ -53,13 +55,13 @@ def run_program(ctx: CheckContext, steps: list[Step], groups: list[list[int]], h
 
     def settle(issued: Issued, when: str) -> None:
         what = issued.step.describe(groups)
-        report(issued, when, issued.seen + complete(ctx, issued, what) + issued.problems())
+        report(issued, when, issued.seen + complete(ctx, issued, what) + issued.problems(ctx))
         done.append(issued)
 
     for step in steps:
         members = groups[step.group]
         if ctx.rank in members:
-            issued = issue(ctx, step, handles[step.group], members, step.describe(groups))
+            issued = issue(ctx, step, handles[step.group], members, step.describe(groups), str(run))
             if issued is not None and not step.is_async:
                 settle(issued, "when the call returned")
             elif issued is not None:
@@ -71,7 +73,7 @@ def run_program(ctx: CheckContext, steps: list[Step], groups: list[list[int]], h
         settle(issued, "once complete at the program's end")
     if not failures:
         for issued in done:  # a later op must not have written into an earlier one's output
-            report(issued, "at the program's end, after the later steps", issued.problems())
+            report(issued, "at the program's end, after the later steps", issued.problems(ctx))
     return failures
 
 
@@ -145,8 +147,8 @@ def offered_kinds(ctx: CheckContext, world: Any) -> tuple[str, ...]:
     for number, kind in enumerate(possible_kinds(ctx.world_size)):
         step = Step(index=-1 - number, kind=kind, group=0, dtype=torch.float32, numel=1, op="SUM", root=0, tag=0,
                     is_async=False)
-        issued = issue(ctx, step, world, members, f"{kind} on the world (is it offered?)")
-        problems = issued.seen + issued.problems() if issued else []
+        issued = issue(ctx, step, world, members, f"{kind} on the world (is it offered?)", "offered")
+        problems = issued.seen + issued.problems(ctx) if issued else []
         if problems:
             raise CheckFailed(f"rank {ctx.rank}: {kind} of one float32 element on the world: {problems[0]}")
         if issued is None:

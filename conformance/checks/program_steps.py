@@ -2,7 +2,7 @@
 
 Every tensor a step passes is a view GUARD elements into a buffer of sentinels, shaped as the step says
 (``Watched``): outputs must hold exactly what the op gives, inputs their own values, and nothing around them
-may change. (Barriers run as steps; whether a barrier waits for every member is COLL-BARRIER-BLOCKS'.) A step
+may change. A barrier's members must all have entered it (each posts a key to the check's store first). A step
 drawn to run ``again`` runs a second time on the same buffers, refilled in place with other values (as DDP's
 buckets and FSDP's flat parameters are), judged both times.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import finish_work, optional_case
+from conformance.checks.common import finish_work, optional_case, post
 from conformance.checks.programs import (
     AGAIN,
     GUARD,
@@ -71,17 +71,23 @@ class Watched:
 
 @dataclass
 class Issued:
-    """An op issued by this rank: its step, its Works (none once settled), the tensors to check and problems
-    already seen (a first run)."""
+    """An op issued by this rank: its step, its Works (none once settled), the tensors to check, a barrier's
+    arrival keys (set by each member just before entering it) and problems already seen (a first run)."""
 
     step: Step
     works: list[Any]
     watched: list[Watched]
+    arrivals: list[str] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
 
-    def problems(self) -> list[str]:
-        """What is wrong with its tensors now."""
-        return [p for w in self.watched if (p := w.problem()) is not None]
+    def problems(self, ctx: CheckContext) -> list[str]:
+        """What is wrong with its tensors now (and, for a barrier, who had not entered it)."""
+        found = [p for w in self.watched if (p := w.problem()) is not None]
+        late = [key.rsplit("/", 1)[1] for key in self.arrivals if not ctx.store.check([key])]
+        if late:
+            found.append(f"it returned before members {late} had entered it (each posts a key to the check's "
+                         "store first)")
+        return found
 
 
 class _Tensors:
@@ -128,15 +134,16 @@ class _Tensors:
 class _Prepared:
     watched: list[Watched]
     call: Callable[[], Any]
+    arrivals: list[str]
 
 
-def _prepare(ctx: CheckContext, step: Step, group: Any, members: list[int],
+def _prepare(ctx: CheckContext, step: Step, group: Any, members: list[int], run: str,
              reuse: list[torch.Tensor] | None) -> _Prepared:
     """The step's tensors (new buffers, or ``reuse``'s in the same order, refilled) and the call that issues it."""
     r, k, n = ctx.rank, step.numel, len(members)
     me = members.index(r)
     ts = _Tensors(ctx, step, members, reuse)
-    sent = ts.sent
+    sent, arrivals = ts.sent, []
     call: Callable[[], Any]
     flag = {"async_op": step.is_async, "group": group}
     root = members[step.root % n]
@@ -176,7 +183,11 @@ def _prepare(ctx: CheckContext, step: Step, group: Any, members: list[int],
         out = ts.piece(k, None, sent(root, k, me * k), f"the chunk from {root}")
         call = lambda: dist.scatter(out, scatter_list=chunks, src=root, **flag)  # noqa: E731
     elif step.kind == "barrier":
-        call = lambda: dist.barrier(**flag)  # noqa: E731
+        arrivals = [f"program-barrier/{run}/{step.index}/{m}" for m in members]
+
+        def call() -> Any:
+            post(ctx.store, arrivals[me], b"entered")  # held by the store before this rank enters
+            return dist.barrier(**flag)
     elif step.kind == "pair":  # the first member sends to the last, which receives it by name
         first, last = members[0], members[-1]
         if r == first:
@@ -198,7 +209,7 @@ def _prepare(ctx: CheckContext, step: Step, group: Any, members: list[int],
         ops = [dist.P2POp(dist.isend, t, nxt, group=group, tag=step.tag),
                dist.P2POp(dist.irecv, out, prev, group=group, tag=step.tag)]
         call = lambda: dist.batch_isend_irecv(ops)  # noqa: E731
-    return _Prepared(ts.watched, call)
+    return _Prepared(ts.watched, call, arrivals)
 
 
 def _block(ts: _Tensors, step: Step, group: Any, me: int, reduce_op: Any) -> Callable[[], Any]:
@@ -236,10 +247,11 @@ def _works(result: Any) -> list[Any]:
     return result if isinstance(result, list) else [] if result is None or isinstance(result, int) else [result]
 
 
-def issue(ctx: CheckContext, step: Step, group: Any, members: list[int], what: str) -> Issued | None:
-    """Issue ``step`` (``what`` describes it) on this rank, a member of its group; None when the target declines
-    its kind (``optional_case``). A step that runs ``again`` runs first sync, is judged, and is then issued once
-    more on the same buffers refilled with the values of step index + AGAIN (sync or async as drawn)."""
+def issue(ctx: CheckContext, step: Step, group: Any, members: list[int], what: str, run: str) -> Issued | None:
+    """Issue ``step`` (``what`` describes it; ``run`` names this run of its program) on this rank, a member of its
+    group; None when the target declines its kind (``optional_case``). A step that runs ``again`` runs first
+    sync, is judged, and is then issued once more on the same buffers refilled with the values of step index +
+    AGAIN (sync or async as drawn)."""
     reduces = step.op if step.reduces else None
     scalar = not piece_shape(step, step.numel)
     support = f"program: {step.kind} {step.inner if step.kind == 'coalesced' else ''} {reduces or ''} " \
@@ -249,7 +261,7 @@ def issue(ctx: CheckContext, step: Step, group: Any, members: list[int], what: s
     # where torch documents the stacked one too), alike on every 0-d step of the kind
     words = (*refusal_words(reduces, step.dtype), *(SCALAR_WORDS if scalar else ()))
     first = replace(step, is_async=False) if step.again else step
-    prepared = _prepare(ctx, first, group, members, None)
+    prepared = _prepare(ctx, first, group, members, run, None)
     works: list[Any] = []
     if not optional_case(ctx, f"program step {what}", lambda: works.extend(_works(prepared.call())),
                          words, kind=support):
@@ -258,15 +270,16 @@ def issue(ctx: CheckContext, step: Step, group: Any, members: list[int], what: s
     if step.again:
         for work in works:
             finish_work(ctx, what, work)
-        seen = [f"first run: {p}" for p in Issued(first, [], prepared.watched).problems()]
+        issued = Issued(first, [], prepared.watched, prepared.arrivals)
+        seen = [f"first run: {p}" for p in issued.problems(ctx)]
         second = replace(step, index=step.index + AGAIN)
-        prepared = _prepare(ctx, second, group, members, [w.buffer for w in prepared.watched])
+        prepared = _prepare(ctx, second, group, members, run, [w.buffer for w in prepared.watched])
         works = _works(prepared.call())
     if not step.is_async:
         for work in works:  # batch_isend_irecv's and isend/irecv's works: a sync step waits them at once
             finish_work(ctx, what, work)
         works = []
-    return Issued(step, works, prepared.watched, seen)
+    return Issued(step, works, prepared.watched, prepared.arrivals, seen)
 
 
 def complete(ctx: CheckContext, issued: Issued, what: str) -> list[str]:
@@ -294,7 +307,7 @@ def complete(ctx: CheckContext, issued: Issued, what: str) -> list[str]:
     elif style == "wait_all":
         torch.futures.wait_all(futures)
     else:  # then: a callback on all of them reads the outputs when it runs
-        chained = torch.futures.collect_all(futures).then(lambda _: issued.problems())
+        chained = torch.futures.collect_all(futures).then(lambda _: issued.problems(ctx))
         return [f"read by a callback chained on the futures: {p}" for p in chained.wait()]
     return []
 
