@@ -21,6 +21,7 @@ from conformance.checks.common import (
 )
 from conformance.checks.derived_groups import check_derived_groups
 from conformance.checks.registry import CheckContext, check
+from conformance.checks.split_trees import check_split_trees
 from conformance.outcomes import CheckFailed
 from conformance.torch_compat import (
     members_only_new_group_refused,
@@ -308,3 +309,9 @@ def split_timeout(ctx: CheckContext) -> None:
                            (TIMEOUT_NEEDLE,), SPLIT_WAIT_S, slack_s=min(PEER_SLACK_S, ctx.timeout_s / 2))
     dist.barrier()
     expect_allreduce_members(ctx, dist.group.WORLD, list(range(n)), "world after the child's timeout")
+
+
+@check("SPLIT-TREES")
+def split_trees(ctx: CheckContext) -> None:
+    """Seeded split trees three levels deep: each child's communicator records its global ranks and parent."""
+    check_split_trees(ctx)
