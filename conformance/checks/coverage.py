@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from types import SimpleNamespace
 
-from conformance.checks import coalescing_cases, p2p_cases, split_trees
+from conformance.checks import coalescing_cases, option_trees, p2p_cases, split_trees
 from conformance.checks import collective_cases as cc
 from conformance.checks import collective_refusals as refusals
 from conformance.checks.cases import Generation, Plan, show
@@ -38,8 +38,8 @@ def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan
 
 def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, int, str, list[str], list[str]]]:
     """(requirement, plan, cases, dimension, boundary values hit, boundary values missed) for every dimension;
-    API-OP-PROGRAMS' rows count the steps of its programs (every kind offered, tags declared), SPLIT-TREES' its
-    trees."""
+    API-OP-PROGRAMS' rows count the steps of its programs (every kind offered, tags declared), SPLIT-TREES' and
+    HINT-SPLIT-TREES' their trees."""
     drawn = [s for steps in all_programs(generation.seed, generation.budget, program_groups(world_size), True,
                                          possible_kinds(world_size)) for s in steps]
     hit = coverage(drawn)
@@ -50,6 +50,10 @@ def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, in
     hit = split_trees.coverage(made)
     for dim, values in split_trees.dimensions(world_size).items():
         yield ("SPLIT-TREES", "split trees", len(made), dim, [v for v in values if v in hit[dim]],
+               [v for v in values if v not in hit[dim]])
+    hit = option_trees.coverage(len(made), generation.seed)
+    for dim, values in option_trees.dimensions().items():
+        yield ("HINT-SPLIT-TREES", "split trees", len(made), dim, [v for v in values if v in hit[dim]],
                [v for v in values if v not in hit[dim]])
     for requirement, pairs in plans(world_size).items():
         for plan, n in pairs:

@@ -16,6 +16,7 @@ from conformance.checks.common import (
     refusal_words,
 )
 from conformance.checks.option_bounds import ctas_cases
+from conformance.checks.option_trees import check_option_trees
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.torchcomms_hints import HINT_KEYS
@@ -237,3 +238,10 @@ def device_scope(ctx: CheckContext) -> None:
         raise NotObservable(f"target {ctx.target.name} cannot report the cpu backend's options")
     leaked = {k: v for k, v in (cpu_config or {}).items() if k in OPTIONS and v == OPTIONS[k]}
     ctx.expect(not leaked, "NCCL options on the cpu backend", "none", leaked)
+
+
+@check("HINT-SPLIT-TREES")
+def split_trees_options(ctx: CheckContext) -> None:
+    """Options given at each level of generated split trees reach the children; a split given none gets its
+    parent's, at any depth."""
+    check_option_trees(ctx)
