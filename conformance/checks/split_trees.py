@@ -126,6 +126,8 @@ def check_split_trees(ctx: CheckContext) -> None:
             members = split.child(ctx.rank)
             findings.case(_judge_data, ctx, child, members, index, level, where)
             findings.checkpoint()
+            if child is None or child is dist.GroupMember.NON_GROUP_MEMBER:
+                findings.conclude()  # no group to go deeper in (the failure is recorded)
             made = _audit(ctx, findings, since, members, comm, where)
             group, comm = child, made
     findings.conclude()
