@@ -42,19 +42,12 @@ def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, in
     HINT-SPLIT-TREES' their trees."""
     drawn = [s for steps in all_programs(generation.seed, generation.budget, program_groups(world_size), True,
                                          possible_kinds(world_size)) for s in steps]
-    hit = coverage(drawn)
-    for dim, values in dimensions().items():
-        yield ("API-OP-PROGRAMS", "programs", len(drawn), dim, [v for v in values if v in hit[dim]],
-               [v for v in values if v not in hit[dim]])
+    yield from _named_rows("API-OP-PROGRAMS", "programs", len(drawn), dimensions(), coverage(drawn))
     made = split_trees.trees(world_size, generation.seed, generation.budget)
-    hit = split_trees.coverage(made)
-    for dim, values in split_trees.dimensions(world_size).items():
-        yield ("SPLIT-TREES", "split trees", len(made), dim, [v for v in values if v in hit[dim]],
-               [v for v in values if v not in hit[dim]])
-    hit = option_trees.coverage(len(made), generation.seed)
-    for dim, values in option_trees.dimensions().items():
-        yield ("HINT-SPLIT-TREES", "split trees", len(made), dim, [v for v in values if v in hit[dim]],
-               [v for v in values if v not in hit[dim]])
+    yield from _named_rows("SPLIT-TREES", "split trees", len(made), split_trees.dimensions(world_size),
+                           split_trees.coverage(made))
+    yield from _named_rows("HINT-SPLIT-TREES", "split trees", len(made), option_trees.dimensions(),
+                           option_trees.coverage(len(made), generation.seed))
     for requirement, pairs in plans(world_size).items():
         for plan, n in pairs:
             cases = plan.cases(generation, n)
@@ -62,3 +55,11 @@ def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, in
             for dim, values in plan.dims.items():
                 missed = [show(v) for v in values if show(v) not in hit[dim]]
                 yield requirement, plan.name, len(cases), dim, hit[dim], missed
+
+
+def _named_rows(requirement: str, plan: str, cases: int, dims: dict[str, tuple[str, ...]],
+                hit: dict[str, set[str]]) -> Iterator[tuple[str, str, int, str, list[str], list[str]]]:
+    """Rows of a generator whose dimension values are names: each dimension's values hit and missed, in order."""
+    for dim, values in dims.items():
+        yield (requirement, plan, cases, dim, [v for v in values if v in hit[dim]],
+               [v for v in values if v not in hit[dim]])

@@ -43,10 +43,13 @@ class Split:
     group: tuple[int, ...]
     parts: tuple[tuple[int, ...], ...]
 
+    def children(self) -> list[tuple[int, ...]]:
+        """Each part's child as global ranks, in torch's group-rank order for the running version."""
+        return [tuple(self.group[r] for r in split_child_ranks(list(p))) for p in self.parts]
+
     def child(self, rank: int) -> tuple[int, ...]:
-        """Global ranks of ``rank``'s child, in torch's group-rank order for the running version."""
-        mine = next(p for p in self.parts if self.group.index(rank) in p)
-        return tuple(self.group[r] for r in split_child_ranks(list(mine)))
+        """Global ranks of ``rank``'s child."""
+        return next(c for c in self.children() if rank in c)
 
 
 Tree = list[list[Split]]  # levels of splits; every rank is in one group of each level
@@ -59,7 +62,7 @@ def _grow(world_size: int, cut: Callable[[int, int], list[list[int]]]) -> Tree:
     for level in range(LEVELS):
         splits = [Split(g, tuple(tuple(p) for p in cut(level, len(g)) if p)) for g in groups]
         tree.append(splits)
-        groups = [tuple(s.group[r] for r in split_child_ranks(list(p))) for s in splits for p in s.parts]
+        groups = [c for s in splits for c in s.children()]
     return tree
 
 
@@ -144,8 +147,7 @@ def _judge_data(ctx: CheckContext, child: Any, members: tuple[int, ...], tree: i
     ctx.expect(bad is None, f"{where}: all_reduce (SUM) over the child {list(members)}", want, bad)
     if len(members) < 2:
         return
-    me = members.index(ctx.rank)
-    nxt, prev = members[(me + 1) % len(members)], members[me - 1]
+    nxt, prev = _neighbours(members, ctx.rank)
     got = torch.full((ELEMENTS,), -1, dtype=torch.int64, device=ctx.device)
     works = [dist.isend(value(tree, level, ctx.rank).to(ctx.device), nxt, group=child),
              dist.irecv(got, prev, group=child)]
@@ -154,6 +156,12 @@ def _judge_data(ctx: CheckContext, child: Any, members: tuple[int, ...], tree: i
     sent = value(tree, level, prev).tolist()
     bad = mismatch(got, sent, torch.int64)
     ctx.expect(bad is None, f"{where}: recv from global rank {prev} in the child's ring", sent, bad)
+
+
+def _neighbours(members: tuple[int, ...], rank: int) -> tuple[int, int]:
+    """The members after and before ``rank`` in the child's ring (group-rank order)."""
+    me = members.index(rank)
+    return members[(me + 1) % len(members)], members[me - 1]
 
 
 def _audit(ctx: CheckContext, findings: Findings, since: int, members: tuple[int, ...], parent: Any,
@@ -174,8 +182,7 @@ def _audit(ctx: CheckContext, findings: Findings, since: int, members: tuple[int
         if parent is not None and event.get("parent") != parent:
             problems.append(f"parent of the child's communicator {event.get('comm')}: expected {parent}, observed "
                             f"{event.get('parent')}")
-    me = members.index(ctx.rank) if ctx.rank in members else 0
-    peers = {members[(me + 1) % len(members)], members[me - 1]} - {ctx.rank}
+    peers = set(_neighbours(members, ctx.rank)) - {ctx.rank}
     pairs = [sorted((ctx.rank, peer)) for peer in peers]
     for event in created:
         if event.get("mode") == "p2p" and sorted(event.get("members") or ()) not in pairs:
