@@ -682,10 +682,15 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
     group = (own.group_class if other else type(world))(
         store, rank, size, global_ranks, options, timeout_s, comm_store=world._comm_store, prefix=world._prefix,
         root=world._root, namespace=world._namespace, settings=own)
-    group.bound_device_id = bound
+    # torch binds every group of a bound world (device_id defaults to the world's, v2.13.0 distributed_c10d.py:5964,
+    # set at :2096) and keeps that group for the C++ backends the simulator models; its Python group replaces it
+    # (:2278-2279), so it carries the binding itself, whichever simulator backend it is
+    group.bound_device_id = bound if bound is not None else world.bound_device_id
     if world.bound_device_id is not None and not other:
         if world.new_group_splits:  # else the group's own communicator, created when torch names it
-            group._comm = world.split_comm(sorted(global_ranks), group.effective_config())
+            # in group-rank order: ncclCommSplit ranks the child by key, which ProcessGroupNCCL passes as the
+            # rank in the new group (new_group(sort_ranks=False) keeps the order given)
+            group._comm = world.split_comm(list(global_ranks), group.effective_config())
             if group._comm is not None:
                 group._comm.retime(timeout_s)
         # torch binds the group it built, then discards it for the Python group a creator returns

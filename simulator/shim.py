@@ -183,13 +183,21 @@ def _sim_split_source(original: Callable[..., Any], *args: Any, **kwargs: Any) -
 
 
 def _bind_cpu_device_id(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """torch 2.15's handling of a cpu ``device_id`` for torch < 2.15: create unbound, then bind and connect."""
+    """torch 2.15's handling of a cpu ``device_id`` for torch < 2.15: create unbound, then bind and connect.
+
+    torch binds the group it built (v2.15.0 distributed_c10d.py:3054, v2.13.0 :2096) and then, where the creator
+    returned a ProcessGroup of its own (a Python backend), uses that one instead (v2.15.0 :3130-3131, v2.13.0
+    :2278-2279): a subgroup's binding is then what the backend gave it, so it is left as the backend set it. The
+    world is bound here all the same: torch 2.15 hands the bound group to the creator (``process_group``, :3118),
+    which torch 2.13 cannot do."""
     device = kwargs.get("device_id")
     if device is None or device.type != "cpu":
         return original(*args, **kwargs)
+    world = c10d._world.default_pg is None
     pg, store = original(*args, **{**kwargs, "device_id": None})
     if isinstance(pg, dist.ProcessGroup):
-        pg.bound_device_id = device
+        if world or type(pg) is dist.ProcessGroup:
+            pg.bound_device_id = device
         backend = pg._get_backend(device)
         if backend.supports_splitting:
             backend.eager_connect_single_device(device)

@@ -8,6 +8,7 @@ and the refusal is noted in the report; SUM, PRODUCT, MIN and MAX on float32, fl
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,8 +16,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.checks import (
+    agreement,  # noqa: F401 - registers COLL-ALLREDUCE-AGREE, of this area
+    collective_refusals,  # noqa: F401 - registers the refusal checks of this area
+)
 from conformance.checks import collective_cases as cc
-from conformance.checks import collective_refusals  # noqa: F401 - registers the refusal checks of this area
 from conformance.checks import reference as ref
 from conformance.checks.common import (
     UNSUPPORTED,
@@ -257,8 +261,27 @@ def gather_scatter_order(ctx: CheckContext) -> None:
         if label == "world" or members == list(range(1, ctx.world_size)):  # the world and a subgroup of one
             run_plan(ctx, found, cc.GATHER, lambda c, g=group, m=members, lb=label: cc.gather_case(ctx, g, m, lb, c),
                      members, label)
+    unsorted = _unsorted_group(ctx)
+    if unsorted is not None:
+        found.case(_gather_cases, ctx, unsorted[0], unsorted[1], f"new_group({unsorted[1]}, sort_ranks=False)")
     found.case(_reduce_scatter_tensor_bad_input, ctx)
     found.conclude()
+
+
+def _unsorted_group(ctx: CheckContext) -> tuple[Any, list[int]] | None:
+    """Every rank in reverse order, kept unsorted (new_group(sort_ranks=False), torch >= 2.13: group rank i is
+    global rank n - 1 - i, v2.13.0 distributed_c10d.py:5996-5998), and that order; None where torch has no
+    sort_ranks or refuses it (torch 2.13's torchcomms routing makes new_group with split_group, which sorts:
+    NotImplementedError, :5899-5903), noted."""
+    if "sort_ranks" not in inspect.signature(dist.new_group).parameters:
+        ctx.note(f"no unsorted group: torch {torch.__version__}'s new_group has no sort_ranks")
+        return None
+    order = list(range(ctx.world_size))[::-1]
+    try:
+        return ctx.new_group(order, sort_ranks=False), order
+    except NotImplementedError as exc:
+        ctx.note(f"no unsorted group: torch refused new_group(sort_ranks=False): {exc}")
+        return None
 
 
 def _reduce_scatter_tensor_bad_input(ctx: CheckContext) -> None:

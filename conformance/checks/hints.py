@@ -19,6 +19,7 @@ from conformance.checks.option_bounds import ctas_cases
 from conformance.checks.option_trees import check_option_trees
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
+from conformance.torch_compat import members_only_new_group_refused
 from conformance.torchcomms_hints import HINT_KEYS
 
 # net_name "Socket": NCCL then considers only the net plugin of that name and fails init when it cannot
@@ -54,12 +55,15 @@ def init_options(ctx: CheckContext) -> None:
 def newgroup_options(ctx: CheckContext) -> None:
     """Options given to new_group reach its communicator, as a copy: the caller changing its options object
     afterwards (and passing it to a second group) leaves the first group's config alone."""
-    ctx.init_world("eager")
+    world = ctx.init_world("eager", pg_options=options_part(ctx).make(**OPTIONS))
     ranks = list(range(ctx.world_size))
+    _no_options_given(ctx, world, ranks)
     options = options_part(ctx).make(**OPTIONS)
+    before = options_part(ctx).read(options)
     group = dist.new_group(ranks, pg_options=options)
     expect_options(ctx, group, "new_group(pg_options=...)", OPTIONS)
     expect_allreduce_members(ctx, group, ranks, "new_group with options")
+    expect_untouched(ctx, options, before, "the caller's options object after new_group(pg_options=it)")
     # two fields, one on the options object and one in an NCCL config; both valid values (a made-up net_name
     # is refused by NCCL's init: 'invalid usage', seen with torch 2.11 and NCCL 2.28.9)
     changed = {"max_ctas": OPTIONS["max_ctas"] + 1, "is_high_priority_stream": not OPTIONS["is_high_priority_stream"]}
@@ -68,6 +72,24 @@ def newgroup_options(ctx: CheckContext) -> None:
     expect_options(ctx, second, "a second new_group given the changed options object", changed)  # positive control
     expect_options(ctx, group, "first new_group after the caller changed its options object", OPTIONS)
     expect_allreduce_members(ctx, group, ranks, "first new_group after the second was made")
+
+
+def _no_options_given(ctx: CheckContext, world: dist.ProcessGroup, ranks: list[int]) -> None:
+    """A new_group given no options gets what one given a default options object gets, not the world's options:
+    torch hands the backend none (for NCCL it makes a fresh ProcessGroupNCCL.Options, v2.13.0
+    distributed_c10d.py:2193-2196); where torch makes every new_group through split_group (torch 2.13's torchcomms
+    routing, v2.13.0 :5836-5862), that split inherits the world's (:5656-5660) and is judged as a split. The world
+    holds OPTIONS here, each field other than the default's, so a group that took them shows."""
+    expect_options(ctx, world, "the world, given OPTIONS (what a group that took them would show)", OPTIONS)
+    plain = dist.new_group(ranks)
+    defaults = dist.new_group(ranks, pg_options=options_part(ctx).make())
+    if members_only_new_group_refused(ctx.target.target.stack):
+        ctx.note("new_group given no options: not judged here, where torch makes it with split_group (what a split "
+                 "inherits is HINT-SPLIT-INHERIT-COPY's)")
+        return
+    want = {k: v for k, v in _config(ctx, defaults, "new_group given default options").items() if k in OPTIONS}
+    expect_options(ctx, plain, "new_group given no options (the backend's defaults, as a new_group given a default "
+                   "options object)", want)
 
 
 @check("HINT-LAZY-SUBGROUP-OPTIONS")
@@ -210,22 +232,38 @@ def invalid_refused(ctx: CheckContext) -> None:
         expect_allreduce_members(ctx, group, ranks, f"new_group with hints {edge} (minCTAs equal to maxCTAs)")
 
 
+def expect_untouched(ctx: CheckContext, options: Any, before: dict[str, Any], what: str) -> None:
+    """The caller's options object still holds what it held before (``before``: ``OptionsPart.read``): a backend
+    copies what it keeps, and never changes the object a caller may pass to its next group."""
+    after = options_part(ctx).read(options)
+    changed = {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    ctx.expect(not changed, f"{what}: fields changed (before, after)", "none", changed)
+
+
 @check("HINT-UNKNOWN-WARN")
 def unknown_warn(ctx: CheckContext) -> None:
-    """Unknown hint keys warn, naming the key, and are ignored."""
+    """Unknown hint keys warn, naming the key, and are ignored; the caller's options object keeps them, so a second
+    group made with the same object warns again and gets the same config."""
     ctx.init_world("eager")
     ranks = list(range(ctx.world_size))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        hints = {"bogusHint": "1", "netName": OPTIONS["net_name"]}
-        group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=hints))
-    named = [str(w.message) for w in caught if "bogusHint" in str(w.message)]
-    ctx.expect(len(named) >= 1, "warnings naming the unknown hint 'bogusHint'", ">= 1",
-               [str(w.message) for w in caught])
-    hints = _config(ctx, group, "new_group with an unknown hint").get("hints", {})
-    ctx.expect("bogusHint" not in hints, "unknown hint in the effective config", "ignored", hints)
-    ctx.expect_equal("known hint netName next to the unknown one", OPTIONS["net_name"], hints.get("netName"))
-    expect_allreduce_members(ctx, group, ranks, "group with an unknown hint")
+    options = options_part(ctx).make(hints={"bogusHint": "1", "netName": OPTIONS["net_name"]})
+    before = options_part(ctx).read(options)
+    configs = []
+    for which in ("new_group", "a second new_group given the same options object"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            group = dist.new_group(ranks, pg_options=options)
+        named = [str(w.message) for w in caught if "bogusHint" in str(w.message)]
+        ctx.expect(len(named) >= 1, f"{which}: warnings naming the unknown hint 'bogusHint'", ">= 1",
+                   [str(w.message) for w in caught])
+        hints = _config(ctx, group, f"{which} with an unknown hint").get("hints", {})
+        ctx.expect("bogusHint" not in hints, f"{which}: unknown hint in the effective config", "ignored", hints)
+        ctx.expect_equal(f"{which}: known hint netName next to the unknown one", OPTIONS["net_name"],
+                         hints.get("netName"))
+        expect_allreduce_members(ctx, group, ranks, f"{which}: group with an unknown hint")
+        expect_untouched(ctx, options, before, f"the caller's options object after {which}")
+        configs.append(hints)
+    ctx.expect_equal("the second group's hints (same options object)", configs[0], configs[1])
 
 
 @check("HINT-DEVICE-SCOPE")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -10,6 +11,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -162,6 +164,67 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ids = [e["comm"] for e in created]  # one communicator per pair, each its own: two pairs' under one id are not
     ctx.expect(len(set(ids)) == len(ids), "ids of the pair communicators lazy P2P made", "one per pair", ids)
     _pairs_of_another_group(ctx, set(ids))
+    _first_p2p_by_entry_point(ctx)
+
+
+# (the sender's call, the receiver's call) of a new lazy group's first message: every way torch hands P2P to a backend
+ENTRY_POINTS = (("send", "recv"), ("isend", "irecv"), ("batch_isend_irecv", "batch_isend_irecv"),
+                ("send", "recv(src=None)"))
+
+
+def _first_p2p_by_entry_point(ctx: CheckContext) -> None:
+    """In a new lazy group of every rank, rank 0's first message to rank 1 goes through each entry point in turn
+    (send/recv, isend/irecv, batch_isend_irecv, and recv(src=None) where the target receives from any source):
+    whichever call it is, both ranks make the pair's communicator then (one, of ranks 0 and 1), the others none,
+    and the message arrives exact. A receive from any source does not know its sender, so its rank may also make
+    communicators with its other peers (one per pair, each its own)."""
+    problems: list[str] = []
+    for sender, receiver in ENTRY_POINTS:
+        if receiver == "recv(src=None)" and "p2p_any_source" not in ctx.target.capabilities:
+            continue
+        group = ctx.new_group(list(range(ctx.world_size)))
+        since = ctx.probe.mark()
+        what = f"rank {ctx.rank}: a new lazy group's first message, rank 0 by {sender} to rank 1 by {receiver}"
+        want = [float(7 * k + 3) for k in range(4)]
+        try:
+            if ctx.rank == 0:
+                _entry_call(sender, torch.tensor(want, device=ctx.device), 1, group, sending=True)
+            elif ctx.rank == 1:
+                got = torch.zeros(4, device=ctx.device)
+                _entry_call(receiver, got, 0, group, sending=False)
+                bad = ref.mismatch(got, want, got.dtype)
+                if bad is not None:
+                    problems.append(f"{what}: the data received: expected {want}, observed {bad}")
+        except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
+            problems.append(f"{what}: {type(exc).__name__}: {exc}")
+        made = sorted(tuple(e["members"]) for e in new_comms(ctx, since) if e.get("mode") == "p2p")
+        if ctx.rank == 1 and receiver == "recv(src=None)":
+            ok = (0, 1) in made and len(set(made)) == len(made) and all(1 in pair for pair in made)
+            want_pairs = "[(0, 1)] and at most one more pair of rank 1 with each other peer"
+        else:
+            want_pairs = str([(0, 1)] if ctx.rank in (0, 1) else [])
+            ok = str(made) == want_pairs
+        if not ok:
+            problems.append(f"{what}: pair communicators made on rank {ctx.rank}: expected {want_pairs}, "
+                            f"observed {made}")
+        dist.barrier()
+    if problems:
+        raise CheckFailed("; ".join(problems))
+
+
+def _entry_call(call: str, tensor: torch.Tensor, peer: int, group: Any, sending: bool) -> None:
+    """Send ``tensor`` to, or receive it from, ``peer`` (a global rank) on ``group`` by ``call``, to completion."""
+    if call == "batch_isend_irecv":
+        op = dist.isend if sending else dist.irecv
+        for work in dist.batch_isend_irecv([dist.P2POp(op, tensor, peer, group=group)]):
+            work.wait()
+    elif call == "recv(src=None)":
+        dist.recv(tensor, src=None, group=group)
+    else:
+        result = {"send": dist.send, "isend": dist.isend, "recv": dist.recv, "irecv": dist.irecv}[call](
+            tensor, peer, group=group)
+        if call in ("isend", "irecv"):
+            result.wait()
 
 
 def _pairs_of_another_group(ctx: CheckContext, world_ids: set[str]) -> None:
@@ -638,19 +701,54 @@ def bad_input(ctx: CheckContext) -> None:
     dist.barrier()
 
 
-REFUSAL_WAIT_S = 10.0
+REFUSAL_WAIT_S = 2.0  # the group's timeout here: a refusal is immediate, a backend that waits times out this soon
+OUTSIDE_OPS = ("send", "isend", "recv", "irecv")
+
+
+def outside_peers(size: int) -> tuple[int, ...]:
+    """Peers outside a group of ``size``: the first rank past it, the next, and one further out."""
+    return size, size + 1, size + 3
+
+
+def _p2p_call(op: str, tensor: torch.Tensor, peer: int, group: Any = None, by_group_rank: bool = False) -> None:
+    """``op`` with ``peer`` named as a global rank, or as a group rank (group_dst / group_src), run to completion."""
+    sending = op in ("send", "isend")
+    name = ("group_" if by_group_rank else "") + ("dst" if sending else "src")
+    fn = {"send": dist.send, "isend": dist.isend, "recv": dist.recv, "irecv": dist.irecv}[op]
+    result = fn(tensor, group=group, **{name: peer})
+    if op in ("isend", "irecv") and result is not None:
+        result.wait()
 
 
 @check("P2P-PEER-OUTSIDE")
 def peer_outside(ctx: CheckContext) -> None:
-    """A send to a peer outside the group (which torch 2.13 passes to the backend) is refused naming the peer,
-    or times out naming it; never a crash or a nameless error. A refusal is immediate, so the group's timeout
-    is capped at ``REFUSAL_WAIT_S``: a backend that waits for the peer instead times out after that long."""
+    """send, isend, recv and irecv naming a peer outside the group (which torch passes to the backend unchecked on
+    the default group, and on any group when named by group rank) are each refused naming the peer, or time out
+    naming it; never a crash, a silent success or a nameless error. The peers are the group's size (one past its
+    last rank), the next, and one further out, on the world by global rank and, from 3 ranks, on the group of the
+    ranks above 0 by group rank (group_dst / group_src). A refusal is immediate, so the group's timeout is capped
+    at ``REFUSAL_WAIT_S``: a backend that waits for the peer instead times out after that long."""
     ctx.init_world(default_mode(ctx), timeout_s=REFUSAL_WAIT_S)
     n = ctx.world_size
-    expect_raises(ctx, "send to a peer outside the group", lambda: dist.send(torch.ones(2, device=ctx.device), n + 3),
-                  contains=(str(n + 3),), timeout_contains=(str(n + 3),))
+    upper = list(range(1, n))
+    sub = ctx.new_group(upper, timeout_s=REFUSAL_WAIT_S) if n >= 3 else None
+    cases: list[tuple[str, Any, list[int], bool]] = [("the world", None, list(range(n)), False)]
+    if sub is not None and ctx.rank in upper:
+        cases.append((f"group {upper} (peer named by group rank)", sub, upper, True))
+    failures: list[str] = []
+    for where, group, members, by_group_rank in cases:
+        for peer in outside_peers(len(members)):
+            for op in OUTSIDE_OPS:
+                what = f"{where}: {op} naming peer {peer} (group of {len(members)})"
+                t = torch.ones(2, device=ctx.device)
+                try:
+                    call = functools.partial(_p2p_call, op, t, peer, group, by_group_rank)
+                    expect_raises(ctx, what, call, contains=(str(peer),), timeout_contains=(str(peer),))
+                except CheckFailed as exc:
+                    failures.append(str(exc))
     dist.barrier()
+    if failures:
+        raise CheckFailed(f"{len(failures)} case(s) failed: " + "; ".join(failures[:6]))
 
 
 @check("P2P-SERIALIZATION")

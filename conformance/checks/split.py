@@ -42,7 +42,10 @@ def unbound_refused(ctx: CheckContext) -> None:
 
 @check("SPLIT-BOUND-INHERIT")
 def bound_inherit(ctx: CheckContext) -> None:
-    """Children of a bound parent carry its device, in the group and in the communicator."""
+    """Children of a bound parent carry its device, in the group and in the communicator; so do groups made by
+    new_group from the bound world (torch reads a group's bound_device_id, e.g. for barrier's device, v2.13.0
+    distributed_c10d.py:5332-5334; torch binds the group it built, v2.13.0 :2096, then uses the ProcessGroup an
+    extended-API creator returns in its place, :2278-2279, so such a backend must carry the binding over)."""
     world = ctx.init_world("eager")
     parent = world_comm(ctx)
     since = ctx.probe.mark()
@@ -56,8 +59,13 @@ def bound_inherit(ctx: CheckContext) -> None:
     ctx.expect_equal("child communicator's device", parent["device"], created[0]["device"])
     expect_allreduce_members(ctx, child, list(range(ctx.world_size)), "child of the world")
     upper, sub, _ = _upper_subgroup(ctx)
+    everyone = ctx.new_group(list(range(ctx.world_size)))
+    ctx.expect_equal("new_group of every rank: bound_device_id", world.bound_device_id,
+                     getattr(everyone, "bound_device_id", None))
     if sub is None:
         return
+    ctx.expect_equal(f"new_group {upper}: bound_device_id", world.bound_device_id,
+                     getattr(sub, "bound_device_id", None))
     since = ctx.probe.mark()
     grandchild = dist.split_group(parent_pg=sub, split_ranks=[list(range(len(upper)))])
     what = f"child of the subgroup {upper}"

@@ -74,6 +74,10 @@ class OptionsPart(Protocol):
     def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
         """The NCCL-style fields of ``group``'s own options object (not what reached the communicator)."""
 
+    def read(self, options: Any) -> dict[str, Any]:
+        """What an options object ``make`` returned holds now: its NCCL-style fields, and ``hints`` where it has a
+        hints map (a caller's object, to see that making a group left it as the caller set it)."""
+
     def change(self, options: Any, **fields: Any) -> None:
         """Set NCCL-style fields on an options object ``make`` returned (a caller reusing its object)."""
 

@@ -221,7 +221,10 @@ class NcclOptionsPart:
 
     def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
         """The fields of the group's ProcessGroupNCCL.Options object; NCCL's 'unset' marker reads as None."""
-        opts = group._get_backend(torch.device("cuda")).options
+        return self.read(group._get_backend(torch.device("cuda")).options)
+
+    def read(self, opts: Any) -> dict[str, Any]:
+        """The fields of a ProcessGroupNCCL.Options object; NCCL's 'unset' marker reads as None."""
         config: dict[str, Any] = {"is_high_priority_stream": opts.is_high_priority_stream}
         for key in _OPTION_FIELDS:
             value = getattr(opts.config, key, None)

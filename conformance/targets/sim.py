@@ -30,7 +30,10 @@ class SimOptionsPart:
         return simulator.SimOptions(**fields)
 
     def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
-        return group._get_backend(torch.device("cpu")).options.as_config()
+        return self.read(group._get_backend(torch.device("cpu")).options)
+
+    def read(self, options: simulator.SimOptions) -> dict[str, Any]:
+        return options.as_config()
 
     def change(self, options: simulator.SimOptions, **fields: Any) -> None:
         for key, value in fields.items():

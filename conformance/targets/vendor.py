@@ -138,8 +138,14 @@ class VendorOptionsPart:
 
     def fields(self, group: dist.ProcessGroup) -> dict[str, Any]:
         """The NCCL-style fields of the options object the group's backend holds."""
-        options = self._object(group)
-        return {k: getattr(options, k, getattr(getattr(options, "config", None), k, None)) for k in OPTION_FIELDS}
+        state = self.read(self._object(group))
+        return {k: state[k] for k in OPTION_FIELDS}
+
+    def read(self, options: Any) -> dict[str, Any]:
+        """The NCCL-style fields of an options object (on it, or on its ``config``), and its ``hints`` map if any."""
+        state = {k: getattr(options, k, getattr(getattr(options, "config", None), k, None)) for k in OPTION_FIELDS}
+        hints = getattr(options, "hints", None)
+        return state | ({"hints": dict(hints)} if isinstance(hints, dict) else {})
 
     def mutate(self, group: dist.ProcessGroup, **fields: Any) -> None:
         """Set fields on the options object the group's backend holds."""

@@ -39,6 +39,10 @@ def _rank(rank: int, port: int, via_init: bool, out: Any) -> None:
             t = torch.tensor([float(rank + 1)])
             dist.all_reduce(t, group=sim_group)
             seen["new_group"] = t.item()
+        reverse = dist.new_group(list(range(WORLD))[::-1], sort_ranks=False)  # group rank i is rank WORLD-1-i
+        gathered = torch.zeros(WORLD)
+        dist.all_gather_into_tensor(gathered, torch.tensor([float(rank)]), group=reverse)
+        seen["unsorted"] = (dist.get_rank(reverse), gathered.tolist())
         gloo = dist.new_group(list(range(WORLD)), backend="gloo")
         t = torch.tensor([float(rank + 1)])
         dist.all_reduce(t, group=gloo)
@@ -74,6 +78,9 @@ def test_bound_world_survives_real_client_group_setup(via_init: bool) -> None:
         assert s["bound"] == "cpu:0", f"rank {rank}: world bound to {s['bound']}, expected cpu:0"
         assert s["gloo"] == (10.0, "cpu:0"), f"rank {rank}: gloo subgroup all_reduce/binding {s['gloo']}"
         assert s["ring"] == [float((rank - 1) % WORLD)] * 2, f"rank {rank}: ring received {s['ring']}"
+        # the split communicator ranks members as torch's group does (ncclCommSplit's key), not by global rank
+        assert s["unsorted"] == (WORLD - 1 - rank, [float(WORLD - 1 - i) for i in range(WORLD)]), \
+            f"rank {rank}: new_group(reversed, sort_ranks=False): (group rank, all_gather) {s['unsorted']}"
         if rank in (1, 2):
             assert s["new_group"] == 5.0, f"rank {rank}: new_group([1, 2]) all_reduce gave {s['new_group']}"
         if rank in (0, 2):

@@ -6,6 +6,7 @@ import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import multiprocess as mp
 import pytest
@@ -198,3 +199,50 @@ def test_options_a_group_cannot_show_are_not_observable(restored):
     group = SimpleNamespace(bound_device_id=None, _get_backend=lambda device: object())
     with pytest.raises(NotObservable, match="exposes no options object"):
         part.fields(group)
+
+
+def _forgetful_rank(rank: int, port: int, queue: Any) -> None:
+    """A Python ProcessGroup backend whose creator never carries a binding over: under the suite's CPU binding
+    shim the world is bound (torch 2.15 hands the creator the bound group, which 2.13 cannot), a new_group is not
+    (torch uses the ProcessGroup the creator returned in place of the one it bound)."""
+    try:
+        from toyccl import ToyProcessGroup
+
+        from simulator.shim import REFUSES_CPU_DEVICE_ID, python_backend_binding
+
+        def create(common: Any, options: Any) -> ToyProcessGroup:
+            return ToyProcessGroup(common.store, common.group_rank, common.group_size, common.timeout,
+                                   list(common.global_ranks_in_group) or None, None, common.group_id)
+
+        dist.Backend.register_backend("toyforget", create, extended_api=True, devices=["cpu"])
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=20))
+        with python_backend_binding():
+            dist.init_process_group("toyforget", store=store, rank=rank, world_size=WORLD,
+                                    device_id=torch.device("cpu", 0) if REFUSES_CPU_DEVICE_ID else None)
+            group = dist.new_group(list(range(WORLD)))
+            queue.put((rank, [REFUSES_CPU_DEVICE_ID, str(dist.group.WORLD.bound_device_id),
+                              str(group.bound_device_id)]))
+            dist.destroy_process_group()
+    except BaseException as exc:
+        queue.put((rank, f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+def test_cpu_binding_shim_leaves_a_python_backends_subgroup_as_the_backend_made_it():
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_forgetful_rank, args=(r, port, queue)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    results = dict(queue.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    del server
+    for rank, res in results.items():
+        assert not isinstance(res, str), f"rank {rank}: {res}"
+        shimmed, world, group = res
+        if shimmed:
+            assert world == "cpu:0"  # the shim binds the world as torch 2.15 would hand the binding over
+        assert group == "None"  # the backend dropped it, so SPLIT-BOUND-INHERIT can see that it did
