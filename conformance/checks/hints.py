@@ -54,7 +54,8 @@ def init_options(ctx: CheckContext) -> None:
 @check("HINT-NEWGROUP-OPTIONS")
 def newgroup_options(ctx: CheckContext) -> None:
     """Options given to new_group reach its communicator, as a copy: the caller changing its options object
-    afterwards (and passing it to a second group) leaves the first group's config alone."""
+    afterwards (and passing it to a second group) leaves the first group's config alone, and making the group
+    leaves the caller's object as it was; a new_group given no options gets the backend's defaults."""
     world = ctx.init_world("eager", pg_options=options_part(ctx).make(**OPTIONS))
     ranks = list(range(ctx.world_size))
     _no_options_given(ctx, world, ranks)

@@ -221,10 +221,7 @@ def _entry_call(call: str, tensor: torch.Tensor, peer: int, group: Any, sending:
     elif call == "recv(src=None)":
         dist.recv(tensor, src=None, group=group)
     else:
-        result = {"send": dist.send, "isend": dist.isend, "recv": dist.recv, "irecv": dist.irecv}[call](
-            tensor, peer, group=group)
-        if call in ("isend", "irecv"):
-            result.wait()
+        _p2p_call(call, tensor, peer, group)
 
 
 def _pairs_of_another_group(ctx: CheckContext, world_ids: set[str]) -> None:
