@@ -686,14 +686,11 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
     # set at :2096) and keeps that group for the C++ backends the simulator models; its Python group replaces it
     # (:2278-2279), so it carries the binding itself, whichever simulator backend it is
     group.bound_device_id = bound if bound is not None else world.bound_device_id
-    if world.bound_device_id is not None and not other:
-        if world.new_group_splits:  # else the group's own communicator, created when torch names it
-            # in group-rank order: ncclCommSplit ranks the child by key, which ProcessGroupNCCL passes as the
-            # rank in the new group (new_group(sort_ranks=False) keeps the order given)
-            group._comm = world.split_comm(list(global_ranks), group.effective_config())
-            if group._comm is not None:
-                group._comm.retime(timeout_s)
-        # torch binds the group it built, then discards it for the Python group a creator returns
-        # (torch 2.13 distributed_c10d._new_process_group_helper): carry the binding here instead.
-        group.bound_device_id = world.bound_device_id
+    # a group of the world's backend splits from its communicator, else its own is created when torch names it;
+    # in group-rank order: ncclCommSplit ranks the child by key, which ProcessGroupNCCL passes as the rank in the
+    # new group (new_group(sort_ranks=False) keeps the order given)
+    if world.bound_device_id is not None and not other and world.new_group_splits:
+        group._comm = world.split_comm(list(global_ranks), group.effective_config())
+        if group._comm is not None:
+            group._comm.retime(timeout_s)
     return group

@@ -68,10 +68,15 @@ def _rank(rank: int, port: int, module: str, queue) -> None:
 
 
 def _run(module: str) -> dict[int, list]:
+    return _fork_world(_rank, module)
+
+
+def _fork_world(rank_main: Any, *args: Any) -> dict[int, Any]:
+    """What ``rank_main(rank, port, *args, queue)`` put on the queue, per rank, for WORLD forked ranks."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, module, queue)) for r in range(WORLD)]
+    procs = [ctx.Process(target=rank_main, args=(r, port, *args, queue)) for r in range(WORLD)]
     for p in procs:
         p.start()
     # The store lives here, created after forking, so that it outlives both ranks: hosted by rank 0, it went
@@ -229,20 +234,7 @@ def _forgetful_rank(rank: int, port: int, queue: Any) -> None:
 
 
 def test_cpu_binding_shim_leaves_a_python_backends_subgroup_as_the_backend_made_it():
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_forgetful_rank, args=(r, port, queue)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    results = dict(queue.get(timeout=60) for _ in procs)
-    for p in procs:
-        p.join(timeout=30)
-    del server
-    for rank, res in results.items():
-        assert not isinstance(res, str), f"rank {rank}: {res}"
-        shimmed, world, group = res
+    for shimmed, world, group in _fork_world(_forgetful_rank).values():
         if shimmed:
             assert world == "cpu:0"  # the shim binds the world as torch 2.15 would hand the binding over
         assert group == "None"  # the backend dropped it, so SPLIT-BOUND-INHERIT can see that it did
