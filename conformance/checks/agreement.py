@@ -13,6 +13,8 @@ member's: the members' digests are compared through the store, not through the b
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 from typing import Any
@@ -55,8 +57,9 @@ def digest(t: torch.Tensor) -> str:
 
 @check("COLL-ALLREDUCE-AGREE")
 def allreduce_agree(ctx: CheckContext) -> None:
-    """Inexact floating all_reduce on the world and (from 3 ranks) on the ranks above 0: each member's result is
-    within the tolerance of the exact reduction, and every member holds the same bits."""
+    """Inexact floating all_reduce on the world and (from 3 ranks) on the ranks above 0, alone and (the required
+    cases) as a block of two in one _coalescing_manager: each member's result is within the tolerance of the exact
+    reduction, and every member holds the same bits."""
     ctx.init_world(default_mode(ctx))
     n = ctx.world_size
     groups: list[tuple[str, Any, list[int]]] = [("world", None, list(range(n)))]
@@ -68,8 +71,9 @@ def allreduce_agree(ctx: CheckContext) -> None:
     problems: list[str] = []
     for label, group, members in groups:
         for op, dtype, required in CASES:
-            for count in COUNTS:
-                problem = _case(ctx, label, group, members, op, dtype, required, count)
+            blocks = [(count,) for count in COUNTS] + ([COUNTS] if required else [])
+            for counts in blocks:
+                problem = _case(ctx, label, group, members, op, dtype, required, counts)
                 if problem:
                     problems.append(problem)
     if problems:
@@ -96,14 +100,18 @@ def order_matters(case_seed: int, members: list[int]) -> bool:
 
 
 def _case(ctx: CheckContext, label: str, group: Any, members: list[int], op: str, dtype: torch.dtype,
-          required: bool, count: int) -> str | None:
-    """One all_reduce; every member posts its digest whatever happened, so none waits for a member that failed."""
-    what = f"{label}: all_reduce {op} of {ref.dtype_name(dtype)}[{count}]"
-    columns = [inputs(_seed(ctx, label, op, dtype, count), m, op, dtype, count) for m in members]
-    t = columns[members.index(ctx.rank)].clone().to(ctx.device)
+          required: bool, counts: tuple[int, ...]) -> str | None:
+    """One all_reduce per count, in one _coalescing_manager block where there are several; every member posts its
+    digest whatever happened, so none waits for a member that failed."""
+    block = len(counts) > 1
+    what = (f"{label}: {'coalesced block of ' if block else ''}all_reduce {op} of "
+            + ", ".join(f"{ref.dtype_name(dtype)}[{count}]" for count in counts))
+    columns = [[inputs(_seed(ctx, label + " block" * block, op, dtype, count), m, op, dtype, count) for m in members]
+               for count in counts]
+    ts = [cols[members.index(ctx.rank)].clone().to(ctx.device) for cols in columns]
     problem = None
     try:
-        call = lambda: dist.all_reduce(t, op=ref.REDUCE_OPS[op], group=group)  # noqa: E731
+        call = functools.partial(_all_reduce, ts, op, group, block)
         if required:
             call()
             ran = True
@@ -111,15 +119,18 @@ def _case(ctx: CheckContext, label: str, group: Any, members: list[int], op: str
             ran = optional_case(ctx, what, call, (op, ref.dtype_name(dtype)), kind=f"{op} {dtype}")
     except Exception as exc:  # noqa: BLE001 - named, and posted so that the members still meet
         ran, problem = False, f"rank {ctx.rank}: {what}: {type(exc).__name__}: {exc}"
-    want = data.reduce(columns, op, dtype)
+    wants = [data.reduce(cols, op, dtype) for cols in columns]
     if ran and problem is None:
-        bad = data.mismatch(t, want)
-        if bad is not None:
-            problem = f"rank {ctx.rank}: {what}: expected the exact reduction within tolerance, observed {bad}"
-    rounded = want.values.to(dtype).reshape(-1)
-    mine = t.detach().cpu().reshape(-1)
+        for t, want, count in zip(ts, wants, counts, strict=True):
+            bad = data.mismatch(t, want)
+            if bad is not None:
+                problem = (f"rank {ctx.rank}: {what}: the {ref.dtype_name(dtype)}[{count}]: expected the exact "
+                           f"reduction within tolerance, observed {bad}")
+                break
+    rounded = torch.cat([want.values.to(dtype).reshape(-1) for want in wants])
+    mine = torch.cat([t.detach().cpu().reshape(-1) for t in ts])
     off = (mine.double() != rounded.double()).nonzero().reshape(-1)[:SAMPLE].tolist() if ran else []
-    mark = {"digest": digest(t) if ran else "not run", "sample": {i: mine[i].item() for i in off}}
+    mark = {"digest": digest(mine) if ran else "not run", "sample": {i: mine[i].item() for i in off}}
     posted = [json.loads(v) for v in agree(ctx, members, f"agree/{what}", json.dumps(mark))]
     held: dict[str, list[int]] = {}
     for member, post in zip(members, posted, strict=True):
@@ -128,5 +139,12 @@ def _case(ctx: CheckContext, label: str, group: Any, members: list[int], op: str
         samples = {m: p["sample"] for m, p in zip(members, posted, strict=True)}
         problem = (f"rank {ctx.rank}: {what}: every member holds the same bits (NCCL computes each element once and "
                    f"copies it to every rank); observed {len(held)} different results, ranks by digest {held}; "
-                   f"elements that differ from the correctly rounded sum, by rank: {samples}")
+                   f"elements that differ from the correctly rounded sum, by rank (index into the block): {samples}")
     return problem
+
+
+def _all_reduce(ts: list[torch.Tensor], op: str, group: Any, block: bool) -> None:
+    """all_reduce each tensor in place, inside one _coalescing_manager when ``block``."""
+    with dist._coalescing_manager(group=group) if block else contextlib.nullcontext():
+        for t in ts:
+            dist.all_reduce(t, op=ref.REDUCE_OPS[op], group=group)

@@ -28,6 +28,7 @@ from conformance.checks.common import (
     options_part,
     positive_control,
     shared_folder,
+    unsorted_group,
 )
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
@@ -426,21 +427,27 @@ def list_collectives(ctx: CheckContext) -> None:
                 found.case(expect_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
         found.case(_coalesced_longer_refused, ctx, block)
     found.checkpoint()
-    _lists_in_upper_group(ctx, found, block, declined)
+    _lists_in_subgroups(ctx, found, block, declined)
     found.conclude()
 
 
-def _lists_in_upper_group(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
-                          declined: Callable[..., tuple[str, ...]]) -> None:
+def _lists_in_subgroups(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
+                        declined: Callable[..., tuple[str, ...]]) -> None:
     """gather and scatter from every root and the uneven all_to_all again on the group of the ranks above 0, where
-    group rank j is global rank j + 1 (roots named by global rank, as torch takes them): a backend that reads a
-    group rank as a global one, or the reverse, gathers from or scatters to the wrong rank. Each op runs there
-    exactly when it ran on the world (the same kinds)."""
+    group rank j is global rank j + 1, and on the world kept in reverse order (``unsorted_group``), where group
+    rank j is global rank n - 1 - j (roots named by global rank, as torch takes them): a backend that reads a
+    group rank as a global one, or ranks its members sorted, gathers from or scatters to the wrong rank. Each op
+    runs there exactly when it ran on the world (the same kinds)."""
     members = list(range(1, ctx.world_size))
     group = ctx.new_group(members)
     if ctx.rank in members and len(members) > 1:
         _gather_scatter(ctx, found, block, declined, group, members, f"ranks {members}: ")
         _uneven_all_to_all(ctx, found, block, declined, group, members, f"ranks {members}: ")
+    unsorted = unsorted_group(ctx)
+    if unsorted is not None and ctx.world_size > 1:
+        order = list(range(ctx.world_size))[::-1]
+        _gather_scatter(ctx, found, block, declined, unsorted, order, f"unsorted group {order}: ")
+        _uneven_all_to_all(ctx, found, block, declined, unsorted, order, f"unsorted group {order}: ")
 
 
 def _gather_scatter(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],

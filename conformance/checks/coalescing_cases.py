@@ -49,6 +49,7 @@ def block_case(ctx: CheckContext, case: Case) -> None:
     kind, dtypes, count = case["kind"], MIXES[case["dtype mix"]], case["count"]
     op = case["op"] if kind != "all_gather_into_tensor" else None
     outs, calls, wants = [], [], []
+    kept: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (op, input, its values): out-of-place inputs
     for i in range(count):
         dtype = dtypes[i % len(dtypes)]
         size = gc.numel(case["size"], dtype, n) + i % 3
@@ -57,6 +58,7 @@ def block_case(ctx: CheckContext, case: Case) -> None:
             ins = cc.member_inputs(ctx, op_case, world, size, None, salt=i)
             out = torch.full((size * n,), data.canary(dtype), dtype=dtype, device=ctx.device)
             mine = ins[me].to(ctx.device)
+            kept.append((i, mine, ins[me]))
             calls.append(lambda o=out, t=mine: dist.all_gather_into_tensor(o, t))
             wants.append(data.Expected(torch.cat([ins[m] for m in world])))
         else:
@@ -69,11 +71,14 @@ def block_case(ctx: CheckContext, case: Case) -> None:
             else:
                 out = torch.full((size,), data.canary(dtype), dtype=dtype, device=ctx.device)
                 mine = ins[me].to(ctx.device)
+                kept.append((i, mine, ins[me]))
                 calls.append(lambda o=out, t=mine, p=ref.REDUCE_OPS[op]: dist.reduce_scatter_tensor(o, t, op=p))
                 part = slice(me * size, (me + 1) * size)
                 want = data.Expected(want.values[part], None if want.tolerance is None else want.tolerance[part])
             wants.append(want)
         outs.append(out)
+
+    given = [o.data_ptr() for o in outs]
 
     def block() -> None:
         with dist._coalescing_manager():
@@ -86,7 +91,16 @@ def block_case(ctx: CheckContext, case: Case) -> None:
     if not cc.run(ctx, case.with_(dtype=dtypes[0]), what, op, block, required=required,
                   extra_names=("dtype", "type") if len(dtypes) > 1 else ()):
         return
+    moved = [i for i, (o, ptr) in enumerate(zip(outs, given, strict=True)) if o.data_ptr() != ptr]
+    if moved:
+        raise CheckFailed(f"rank {me}: {what}: the outputs of ops {moved[:4]} no longer view the memory they were "
+                          "given (a backend writes into the caller's tensor, never points it elsewhere)")
     bad = [(i, b) for i, (o, w) in enumerate(zip(outs, wants)) if (b := data.mismatch(o, w))]
     if bad:
         shown = "; ".join(f"op {i} ({ref.dtype_name(outs[i].dtype)}[{outs[i].numel()}]): {b}" for i, b in bad[:2])
         raise CheckFailed(f"rank {me}: {what}: {len(bad)} of {count} ops wrong: {shown}")
+    changed = [(i, b) for i, t, values in kept if (b := data.mismatch(t, data.Expected(values)))]
+    if changed:
+        i, b = changed[0]
+        raise CheckFailed(f"rank {me}: {what}: the inputs of {len(changed)} out-of-place op(s) changed (an "
+                          f"all_gather or reduce_scatter only reads its input); op {i}: {b}")

@@ -143,13 +143,27 @@ def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[
 
 
 def expect(ctx: CheckContext, what: str, placed: data.Placed, want: data.Expected) -> None:
-    """The view holds ``want``, and nothing around it changed."""
+    """The view holds ``want``, is still the memory it was given, and nothing around it changed."""
     bad = data.mismatch(placed.view, want)
     if bad:
         raise CheckFailed(f"rank {ctx.rank}: {what}: {bad}")
+    moved = placed.rebound()
+    if moved:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: {moved}")
     damage = placed.canary_damage()
     if damage:
         raise CheckFailed(f"rank {ctx.rank}: {what}: {damage}")
+
+
+def expect_kept(ctx: CheckContext, what: str, placed: data.Placed, values: torch.Tensor) -> None:
+    """An out-of-place op's input still holds ``values``, and nothing around it changed: NCCL and gloo only read
+    a send buffer (ncclAllGather, ncclReduceScatter, ncclSend take it const), and the caller may reuse it."""
+    bad = data.mismatch(placed.view, data.Expected(values))
+    if bad:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: its input after the op (an out-of-place op only reads it): {bad}")
+    damage = placed.canary_damage()
+    if damage:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: around its input after the op: {damage}")
 
 
 def _what(case: Case, label: str, kind: str, count: int) -> str:
@@ -215,6 +229,7 @@ def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, c
             part = slice(me * shard, (me + 1) * shard)
             expect(ctx, f"{what}: shard {me}", out, data.Expected(
                 full.values[part], None if full.tolerance is None else full.tolerance[part]))
+            expect_kept(ctx, what, placed_in, ins[ctx.rank])
         return
     ins = member_inputs(ctx, case, members, shard, None)
     placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, shape)
@@ -224,12 +239,14 @@ def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, c
         what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} output"
         if run(ctx, case, what, None, lambda: dist.all_gather_into_tensor(out.view, placed_in.view, group=group)):
             expect(ctx, f"{what} in group-rank order {members}", out, want)
+            expect_kept(ctx, what, placed_in, ins[ctx.rank])
         return
     outs = [data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape) for _ in members]
     what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} outputs"
     if run(ctx, case, what, None, lambda: dist.all_gather([o.view for o in outs], placed_in.view, group=group)):
         for j, m in enumerate(members):
             expect(ctx, f"{what}: slot {j} (rank {m}'s input)", outs[j], data.Expected(ins[m]))
+        expect_kept(ctx, what, placed_in, ins[ctx.rank])
 
 
 def noncontiguous_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
@@ -275,6 +292,7 @@ def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], lab
     else:
         want = data.Expected(torch.cat([ins[m] for m in members]))
     expect(ctx, what, out, want)
+    expect_kept(ctx, what, placed_in, ins[ctx.rank][:placed_in.view.numel()])
 
 
 def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
@@ -308,3 +326,4 @@ def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str,
             output_split_sizes=out_splits, input_split_sizes=in_splits, group=group),
             noncontiguous="strided" in (case["in_layout"], case["out_layout"])):
         expect(ctx, what, out, data.Expected(want))
+        expect_kept(ctx, what, placed_in, mine)

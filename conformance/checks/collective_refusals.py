@@ -37,6 +37,7 @@ from conformance.checks.cases import Case, Plan
 from conformance.checks.common import (
     PEER_SLACK_S,
     TIMEOUT_NEEDLE,
+    UNSUPPORTED,
     Findings,
     Needle,
     default_mode,
@@ -46,6 +47,7 @@ from conformance.checks.common import (
     shared_folder,
 )
 from conformance.checks.registry import CheckContext, check
+from conformance.outcomes import CheckFailed
 from conformance.targets.base import WorldSpec
 
 GROUP_WAIT_S = 1.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
@@ -175,15 +177,55 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
                  ((op, f"rank {bad}", "connection closed"),), GROUP_WAIT_S)
 
 
+def _by_group_rank(ctx: CheckContext, op: str, root: int, group: dist.ProcessGroup) -> Callable[[], Any]:
+    """``op`` on ``group`` (every rank, so group rank = global rank) with its root named by group rank
+    (group_src / group_dst, which torch passes to the backend as opts.rootRank unchecked: v2.13.0
+    distributed_c10d.py:1256, :3134, :3390, :4658, :4776); only the root passes a tensor list. Returns the
+    call's Work."""
+    mine = torch.full((2,), float(ctx.rank + 1), device=ctx.device)
+    lists = [torch.zeros(2, device=ctx.device) for _ in range(ctx.world_size)] if ctx.rank == root else None
+    if op == "broadcast":
+        return lambda: dist.broadcast(mine, group=group, group_src=root, async_op=True)
+    if op == "reduce":
+        return lambda: dist.reduce(mine, group=group, group_dst=root, async_op=True)
+    if op == "gather":
+        return lambda: dist.gather(mine, lists, group=group, group_dst=root, async_op=True)
+    return lambda: dist.scatter(mine, lists, group=group, group_src=root, async_op=True)
+
+
+def _root_outside(ctx: CheckContext, op: str, root: int) -> None:
+    """Every rank calls ``op`` with a root outside the group (the same on every rank): each is refused naming the
+    root, as NCCL's argument check does ('Broadcast : invalid root 4 (root should be in the 0..3 range)', NCCL
+    src/enqueue.cc ArgsCheck) and c10d's assertRootRank in ProcessGroupGloo ('invalid root rank: 4'), or times
+    out naming it. First the same op from root 0 on the same group must run; a target that declines the op
+    there (naming it unsupported) is not judged on it, and that is noted."""
+    group = _fresh_group(ctx, GROUP_WAIT_S)
+    try:
+        finish_work(ctx, op, _by_group_rank(ctx, op, 0, group)())
+    except Exception as exc:  # noqa: BLE001 - a declined op is noted, any other error is a finding
+        if any(word in str(exc) for word in UNSUPPORTED):
+            ctx.note(f"{op} with a root outside the group: not judged, the target declines {op} ({exc})")
+            return
+        raise CheckFailed(f"rank {ctx.rank}: {op} from root 0 (before the root outside): {type(exc).__name__}: "
+                          f"{exc}") from None
+    what = f"{op} with root {root} named by group rank on a group of {ctx.world_size}"
+    expect_raises(ctx, what, lambda: finish_work(ctx, op, _by_group_rank(ctx, op, root, group)()),
+                  contains=(("root",), str(root)), timeout_contains=(("root",), str(root)))
+
+
 @check("COLL-BAD-ARGS-REFUSED")
 def bad_args_refused(ctx: CheckContext) -> None:
-    """Wrong arguments are refused naming them; peers of the one rank that passed them never return."""
+    """Wrong arguments are refused naming them; peers of the one rank that passed them never return; a root
+    outside the group is refused naming it."""
     ctx.init_world(default_mode(ctx))
     _control_all_gather(ctx)
     _control_all_to_all(ctx)
     found = Findings(ctx)
     for case in bad_args_plan(ctx.world_size).cases(ctx.generation, ctx.world_size):
         found.case(_bad_args_case, ctx, case)
+    for root in (ctx.world_size, -1):
+        for op in ROOTED:
+            found.case(_root_outside, ctx, op, root)
     dist.barrier()
     found.conclude()
 

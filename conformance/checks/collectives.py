@@ -8,7 +8,6 @@ and the refusal is noted in the report; SUM, PRODUCT, MIN and MAX on float32, fl
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,7 @@ from conformance.checks import (
 from conformance.checks import collective_cases as cc
 from conformance.checks import reference as ref
 from conformance.checks.common import (
+    UNSORTED,
     UNSUPPORTED,
     Findings,
     default_mode,
@@ -258,30 +258,11 @@ def gather_scatter_order(ctx: CheckContext) -> None:
     found = Findings(ctx)
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
         found.case(_gather_cases, ctx, group, members, label)
-        if label == "world" or members == list(range(1, ctx.world_size)):  # the world and a subgroup of one
+        if label in ("world", UNSORTED) or members == list(range(1, ctx.world_size)):
             run_plan(ctx, found, cc.GATHER, lambda c, g=group, m=members, lb=label: cc.gather_case(ctx, g, m, lb, c),
                      members, label)
-    unsorted = _unsorted_group(ctx)
-    if unsorted is not None:
-        found.case(_gather_cases, ctx, unsorted[0], unsorted[1], f"new_group({unsorted[1]}, sort_ranks=False)")
     found.case(_reduce_scatter_tensor_bad_input, ctx)
     found.conclude()
-
-
-def _unsorted_group(ctx: CheckContext) -> tuple[Any, list[int]] | None:
-    """Every rank in reverse order, kept unsorted (new_group(sort_ranks=False), torch >= 2.13: group rank i is
-    global rank n - 1 - i, v2.13.0 distributed_c10d.py:5996-5998), and that order; None where torch has no
-    sort_ranks or refuses it (torch 2.13's torchcomms routing makes new_group with split_group, which sorts:
-    NotImplementedError, :5899-5903), noted."""
-    if "sort_ranks" not in inspect.signature(dist.new_group).parameters:
-        ctx.note(f"no unsorted group: torch {torch.__version__}'s new_group has no sort_ranks")
-        return None
-    order = list(range(ctx.world_size))[::-1]
-    try:
-        return ctx.new_group(order, sort_ranks=False), order
-    except NotImplementedError as exc:
-        ctx.note(f"no unsorted group: torch refused new_group(sort_ranks=False): {exc}")
-        return None
 
 
 def _reduce_scatter_tensor_bad_input(ctx: CheckContext) -> None:
@@ -326,7 +307,7 @@ def rooted(ctx: CheckContext) -> None:
                         want = ref.combine([inputs[m] for m in members], op, dtype)
                         bad = ref.mismatch(t, want, dtype)
                         found.case(ctx.expect, bad is None, what, want, bad)
-        if label in ("world", "reversed") or members == list(range(1, ctx.world_size)):  # group rank != global rank
+        if label in ("world", "reversed", UNSORTED) or members == list(range(1, ctx.world_size)):
             run_plan(ctx, found, cc.rooted_plan(len(members), big=label == "world"),
                      lambda c, g=group, m=members, lb=label: cc.rooted_case(ctx, g, m, lb, c), members, label)
     found.conclude()
@@ -398,7 +379,7 @@ def alltoall_uneven(ctx: CheckContext) -> None:
         for dtype in (torch.float32, torch.int64):
             for uneven in (False, True):
                 found.case(_alltoall_case, ctx, group, members, label, dtype, uneven)
-        if label == "world" or members == list(range(1, ctx.world_size)):
+        if label in ("world", UNSORTED) or members == list(range(1, ctx.world_size)):
             run_plan(ctx, found, cc.ALLTOALL, lambda c, g=group, m=members, lb=label:
                      cc.alltoall_case(ctx, g, m, lb, c), members, label)
     found.conclude()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import shutil
 import tempfile
 import time
@@ -238,16 +239,20 @@ def _same_support(ctx: CheckContext, kind: str | None, what: str, refusal: str |
 
 
 def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, dist.ProcessGroup, list[int]]]:
-    """The UCC-style group sweep this rank belongs to: (name, group, sorted global members).
+    """The UCC-style group sweep this rank belongs to: (name, group, global members in group-rank order).
 
-    World, the world made from a reversed rank list, both halves, odd and even ranks, and a subgroup of a
-    subgroup (the ranks above 0, split from the reversed group when ``split_ok``, else a new_group noted as
-    such). Every rank creates every group, in the same order, as torch requires.
+    World, the world made from a reversed rank list (sorted by torch), the world kept in reverse order
+    (``UNSORTED``, where torch allows it), both halves, odd and even ranks, and a subgroup of a subgroup (the
+    ranks above 0, split from the reversed group when ``split_ok``, else a new_group noted as such). Every rank
+    creates every group, in the same order, as torch requires.
     """
     n, ranks = ctx.world_size, list(range(ctx.world_size))
     mine: list[tuple[str, dist.ProcessGroup, list[int]]] = [("world", dist.group.WORLD, ranks)]
     reversed_group = ctx.new_group(ranks[::-1])
     mine.append(("reversed", reversed_group, ranks))
+    unsorted = unsorted_group(ctx)
+    if unsorted is not None and n > 1:
+        mine.append((UNSORTED, unsorted, ranks[::-1]))
     half = max(1, n // 2)
     for shape, parts in (("halves", [ranks[:half], ranks[half:]]), ("odd_even", [ranks[0::2], ranks[1::2]])):
         for part in (p for p in parts if p):
@@ -264,6 +269,24 @@ def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, d
     if ctx.rank in upper:
         mine.append((name, sub, upper))
     return mine
+
+
+UNSORTED = "unsorted: new_group(reversed, sort_ranks=False)"
+
+
+def unsorted_group(ctx: CheckContext) -> dist.ProcessGroup | None:
+    """Every rank in reverse order, kept unsorted (new_group(sort_ranks=False), torch >= 2.13: group rank i is
+    global rank n - 1 - i, v2.13.0 distributed_c10d.py:5996-5998); None where torch has no sort_ranks or refuses
+    it (torch 2.13's torchcomms routing makes new_group with split_group, which sorts: NotImplementedError,
+    :5899-5903), noted."""
+    if "sort_ranks" not in inspect.signature(dist.new_group).parameters:
+        ctx.note(f"no unsorted group: torch {torch.__version__}'s new_group has no sort_ranks")
+        return None
+    try:
+        return ctx.new_group(list(range(ctx.world_size))[::-1], sort_ranks=False)
+    except NotImplementedError as exc:
+        ctx.note(f"no unsorted group: torch refused new_group(sort_ranks=False): {exc}")
+        return None
 
 
 def post(store: dist.Store, key: str, value: bytes = b"1") -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -221,6 +221,25 @@ class Placed:
     view: torch.Tensor
     backing: torch.Tensor
     layout: str
+    where: tuple[int, tuple[int, ...], tuple[int, ...], int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.where = self._where()
+
+    def _where(self) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
+        v = self.view
+        return v.untyped_storage().data_ptr(), tuple(v.shape), v.stride(), v.storage_offset()
+
+    def rebound(self) -> str | None:
+        """None when the view is still the memory it was made on (storage, shape, strides, offset), else what moved:
+        a backend must write into the caller's tensor, not point it at a tensor of its own (``t.data = ...``,
+        ``t.set_(...)``), which other views of that memory (DDP's bucket views, the caller's buffer) never see."""
+        now = self._where()
+        if now == self.where:
+            return None
+        names = ("storage address", "shape", "strides", "storage offset")
+        moved = [f"{name} {a} -> {b}" for name, a, b in zip(names, self.where, now, strict=True) if a != b]
+        return "the tensor no longer views the memory it was given: " + ", ".join(moved)
 
     def outside(self) -> torch.Tensor:
         """The backing's elements outside the view (each must still be the canary)."""

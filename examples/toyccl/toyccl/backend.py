@@ -285,13 +285,20 @@ class ToyProcessGroup(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
+    def _check_root(self, op: str, root: int) -> None:
+        """torch passes a root named by group rank unchecked: refuse one outside the group before any exchange."""
+        if not 0 <= root < self.size():
+            raise ValueError(f"toyccl rank {self.rank()}: {op}: invalid root {root} (group size {self.size()})")
+
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        self._check_root("broadcast", opts.rootRank)
         everyone = self._exchange([t.detach().cpu() for t in tensors])
         for i, t in enumerate(tensors):
             t.copy_(everyone[opts.rootRank][i])
         return completed_work(tensors)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        self._check_root("reduce", opts.rootRank)
         everyone = self._exchange([t.detach().cpu() for t in tensors])
         if self.rank() == opts.rootRank:
             for i, t in enumerate(tensors):
