@@ -238,16 +238,22 @@ class Fabric(ListCollectives):
             self._reduce("reduce", tensors, op, root)
 
     def all_gather(self, outputs: list[Tensor], input: Tensor) -> None:
-        """outputs[j] := rank j's input, for every member j."""
+        """outputs[j] := rank j's input, for every member j. The members' inputs may differ in size, as torch
+        documents: ProcessGroupNCCL::allgather gathers outputs of one size in one ncclAllGather, and otherwise
+        broadcasts each member's input into outputs[j] in turn; every member then names the same output sizes,
+        and this rank's own output is the size of its input."""
         err = None
         if len(outputs) != self.n:
             err = f"expected {self.n} output tensors, got {len(outputs)}"
-        elif any(o.shape != input.shape or o.dtype != input.dtype for o in outputs):
-            err = f"output tensors {[tdesc(o) for o in outputs]} must all be {tdesc(input)}"
+        elif any(o.dtype != input.dtype for o in outputs) or outputs[self.me].shape != input.shape:
+            err = (f"output tensors {[tdesc(o) for o in outputs]} must all be {input.dtype}, and output "
+                   f"{self.me} (this rank's) {tdesc(input)}")
+        even = err is not None or all(o.shape == input.shape for o in outputs)
+        desc = f"all_gather({tdesc(input)})" if even else f"all_gather(uneven: {', '.join(map(tdesc, outputs))})"
         with self._coll_lock:
-            o = self._begin("all_gather", f"all_gather({tdesc(input)})", err, [input])
+            o = self._begin("all_gather", desc, err, [input])
             for j, out in enumerate(outputs):
-                out.copy_(self._view(o, j, 0, input).view(input.shape))
+                out.copy_(self._view(o, j, 0, out).view(out.shape))
 
     def all_gather_into_tensor(self, outputs: list[Tensor], inputs: list[Tensor]) -> None:
         """outputs[k] := concatenation along dim 0 of every rank's inputs[k]."""

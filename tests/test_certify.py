@@ -11,7 +11,7 @@ pytest.importorskip("toyccl", reason="examples/toyccl is not installed (pip inst
 pytest.importorskip("toyccl_flawed", reason="examples/toyccl_flawed is not installed")
 
 
-TOYCCL_CAPABILITIES = "device_binding,split,options,hints,p2p_tags,p2p_any_source,lazy_pair_comms"
+TOYCCL_CAPABILITIES = "device_binding,split,options,hints,p2p_tags,p2p_any_source,lazy_pair_comms,uneven_all_gather"
 
 
 def _certify(backend: str, tmp_path: Path, capabilities: str = TOYCCL_CAPABILITIES) -> tuple[int, dict]:

@@ -82,6 +82,20 @@ def test_layouts_hold_the_values_and_guard_their_surroundings(layout: str) -> No
         assert "outside the offset view" in placed.canary_damage()
 
 
+@pytest.mark.parametrize("layout", ["flat", "N-D", "offset", "strided", "transposed"])
+def test_a_view_pointed_at_other_memory_is_seen(layout: str) -> None:
+    """What a backend that installs its result with t.data = ... or t.set_(...) leaves: the values may read right
+    through the caller's tensor object, but its memory (and every other view of it) never got them."""
+    flat = torch.arange(12, dtype=torch.float32)
+    for install in (lambda v, r: setattr(v, "data", r), lambda v, r: v.set_(r)):
+        placed = data.place(flat, layout, "cpu")
+        assert placed.rebound() is None
+        placed.view.copy_((flat + 1).reshape(placed.view.shape))  # written in place: the memory it was given
+        assert placed.rebound() is None
+        install(placed.view, (flat + 2).reshape(placed.view.shape).contiguous())
+        assert "no longer views the memory it was given" in placed.rebound()
+
+
 def _ctx() -> CheckContext:
     requirement = SimpleNamespace(id="TEST-GENERATED")
     return CheckContext(0, 1, SimpleNamespace(), dist.HashStore(), requirement, 5.0,  # type: ignore[arg-type]

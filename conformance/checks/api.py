@@ -4,6 +4,7 @@ their valid range, what a non-member of a split creates, destroy and re-init, an
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import time
@@ -39,6 +40,7 @@ from conformance.outcomes import CheckFailed
 from conformance.targets.base import WorldSpec
 
 MAX_TAG = 2**31 - 1
+UNWAITED_POLL_S = 10.0  # how long an async all_reduce nobody waits on may take to report is_completed()
 FD_DIR = "/proc/self/fd"
 FD_SLACK = 1  # fds a process may hold more after two more worlds came and went (none seen)
 FD_WAIT_S = 2.0  # how long the fds of destroyed worlds may take to be closed
@@ -108,6 +110,34 @@ def work_future(ctx: CheckContext) -> None:
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
     _zero_timeout_waits(ctx)
+    _completes_unwaited(ctx)
+
+
+def _completes_unwaited(ctx: CheckContext) -> None:
+    """An async all_reduce that nobody waits on reports is_completed() True once it has run (polled within the
+    ``UNWAITED_POLL_S``; c10d Work::isCompleted, and ProcessGroupNCCL's WorkNCCL::isCompleted asks the op's CUDA
+    event, neither needs wait()), and its output is then exact; after get_future().wait() alone it is
+    completed too. A backend that sets the flag only in wait() leaves a poller (DDP's and FSDP's overlap
+    logic, torch.distributed's async checkpointing) waiting forever."""
+    n = ctx.world_size
+    want = [float(n * (n + 1) // 2)] * 3
+    t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
+    work = dist.all_reduce(t, async_op=True)
+    poll_s = min(ctx.timeout_s, UNWAITED_POLL_S)
+    deadline = time.monotonic() + poll_s
+    while not work.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    ctx.expect_equal(f"async all_reduce, never waited: work.is_completed() within {poll_s} s", True,
+                     work.is_completed())
+    expect_exact(ctx, t, want, "async all_reduce, never waited: the output once is_completed() is True")
+    work.wait()
+    t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
+    work = dist.all_reduce(t, async_op=True)
+    work.get_future().wait()
+    ctx.expect_equal("async all_reduce: work.is_completed() after get_future().wait() (work.wait() not called)",
+                     True, work.is_completed())
+    expect_exact(ctx, t, want, "async all_reduce: the output after get_future().wait()")
+    work.wait()
 
 
 def _barrier_future(ctx: CheckContext) -> None:
@@ -418,6 +448,8 @@ def list_collectives(ctx: CheckContext) -> None:
     dist.all_gather(gathered, torch.tensor(block(r, 1), device=dev))
     for j, t in enumerate(gathered):
         found.case(expect_exact, ctx, t, block(j, 1), f"all_gather: tensor from rank {j}")
+    found.checkpoint()
+    _uneven_all_gather(ctx, found, block)
     lists = [[torch.zeros(1, device=dev), torch.zeros(2, device=dev)] for _ in range(n)]
     if optional_case(ctx, "all_gather_coalesced", lambda: dist.all_gather_coalesced(
             lists, [torch.tensor(block(r, 0), device=dev), torch.tensor(block(r, 1), device=dev)]),
@@ -431,6 +463,40 @@ def list_collectives(ctx: CheckContext) -> None:
     found.conclude()
 
 
+def _uneven_all_gather(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]]) -> None:
+    """all_gather whose members' tensors differ in size (member j's has j + 1 elements, every member naming the
+    same output sizes): torch documents it ('Complex and uneven sized tensors are supported', v2.13.0
+    distributed_c10d.py:4196), ProcessGroupNCCL runs it (each member's tensor broadcast in turn where the outputs
+    differ in size), gloo refuses it naming the size ('invalid tensor size at index 1 (expected (1), got (2))',
+    seen on 2.13.0). Exact in group-rank order, and required where the target declares ``uneven_all_gather``;
+    elsewhere it may be refused naming the size or shape, on the world and on the unsorted group alike."""
+    required = "uneven_all_gather" in ctx.target.capabilities
+    groups: list[tuple[str, Any, list[int]]] = [("world", None, list(range(ctx.world_size)))]
+    unsorted = unsorted_group(ctx)
+    if unsorted is not None:
+        groups.append((f"unsorted group {groups[0][2][::-1]}", unsorted, groups[0][2][::-1]))
+    for label, group, members in groups:
+        what = f"{label}: all_gather of uneven tensors (group rank j's has j + 1 elements)"
+        me = members.index(ctx.rank)
+        outs = [torch.zeros(j + 1, device=ctx.device) for j in range(len(members))]
+        mine = torch.tensor(block(ctx.rank, me), device=ctx.device)
+        call = functools.partial(dist.all_gather, outs, mine, group=group)
+        if required:
+            found.case(_required_call, ctx, what, call)
+        elif not optional_case(ctx, what, call, ("size", "shape", "uneven"), kind="all_gather (uneven)"):
+            continue
+        for j, m in enumerate(members):
+            found.case(expect_exact, ctx, outs[j], block(m, j), f"{what}: tensor of global rank {m}")
+
+
+def _required_call(ctx: CheckContext, what: str, call: Callable[[], Any]) -> None:
+    """``call()``, whose any error is a finding naming ``what``."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - a required case: any error fails it, named
+        raise CheckFailed(f"rank {ctx.rank}: {what}: expected a result, observed {type(exc).__name__}: {exc}") from None
+
+
 def _lists_in_subgroups(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
                         declined: Callable[..., tuple[str, ...]]) -> None:
     """gather and scatter from every root and the uneven all_to_all again on the group of the ranks above 0, where
@@ -438,13 +504,15 @@ def _lists_in_subgroups(ctx: CheckContext, found: Findings, block: Callable[[int
     rank j is global rank n - 1 - j (roots named by global rank, as torch takes them): a backend that reads a
     group rank as a global one, or ranks its members sorted, gathers from or scatters to the wrong rank. Each op
     runs there exactly when it ran on the world (the same kinds)."""
+    if ctx.world_size < 2:  # no group above rank 0, and no order to differ
+        return
     members = list(range(1, ctx.world_size))
     group = ctx.new_group(members)
     if ctx.rank in members and len(members) > 1:
         _gather_scatter(ctx, found, block, declined, group, members, f"ranks {members}: ")
         _uneven_all_to_all(ctx, found, block, declined, group, members, f"ranks {members}: ")
     unsorted = unsorted_group(ctx)
-    if unsorted is not None and ctx.world_size > 1:
+    if unsorted is not None:
         order = list(range(ctx.world_size))[::-1]
         _gather_scatter(ctx, found, block, declined, unsorted, order, f"unsorted group {order}: ")
         _uneven_all_to_all(ctx, found, block, declined, unsorted, order, f"unsorted group {order}: ")

@@ -89,7 +89,10 @@ NONCONTIGUOUS = Plan("non-contiguous", {
     and op_matters(d) and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE)
 # a strided (every other element) input and output too: a backend that stages a non-contiguous output must
 # copy the result back into it (or refuse it naming contiguity)
-ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", "all to one"),
+# "by sender": each member sends every member the same number of rows (its own), and passes no input split sizes
+# (torch then splits its input equally, c10d checkSplitSizes) but the output ones; "by receiver" the reverse
+BY_SENDER, BY_RECEIVER = "by sender, input splits omitted", "by receiver, output splits omitted"
+ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", "all to one", BY_SENDER, BY_RECEIVER),
                  in_layout=(*gc.CONTIGUOUS_LAYOUTS, "strided"), out_layout=(*gc.CONTIGUOUS_LAYOUTS, "strided"))
 
 
@@ -308,6 +311,10 @@ def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str,
             return unit * ((i + 2 * j) % 3) + (i == j)
         if pattern == "zeros":
             return 0 if (i + j) % 2 else unit + 1
+        if pattern == BY_SENDER:
+            return (unit + 1) * (i % 3)
+        if pattern == BY_RECEIVER:
+            return (unit + 1) * (j % 3)
         return unit + 1 if j == 0 else 0  # all to one
 
     sends = {m: [rows(i, j) for j in range(n)] for i, m in enumerate(members)}
@@ -317,7 +324,8 @@ def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str,
     want = torch.cat([ins[m][offsets[m][me]:offsets[m][me] + sends[m][me]] for m in members])
     placed_in = data.place(mine, case["in_layout"], ctx.device)
     out = data.empty_like_layout(want.numel(), dtype, case["out_layout"], ctx.device)
-    in_splits, out_splits = sends[ctx.rank], [sends[m][me] for m in members]
+    in_splits: list[int] | None = None if pattern == BY_SENDER else sends[ctx.rank]
+    out_splits: list[int] | None = None if pattern == BY_RECEIVER else [sends[m][me] for m in members]
     what = (f"{label}: all_to_all_single of {ref.dtype_name(dtype)} ({case['values']} values), {pattern} splits "
             f"{in_splits} in, {out_splits} out, {case['in_layout']} input, {case['out_layout']} output")
     if run(ctx, case, what, None, lambda: dist.all_to_all_single(

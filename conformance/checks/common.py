@@ -251,7 +251,7 @@ def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, d
     reversed_group = ctx.new_group(ranks[::-1])
     mine.append(("reversed", reversed_group, ranks))
     unsorted = unsorted_group(ctx)
-    if unsorted is not None and n > 1:
+    if unsorted is not None:
         mine.append((UNSORTED, unsorted, ranks[::-1]))
     half = max(1, n // 2)
     for shape, parts in (("halves", [ranks[:half], ranks[half:]]), ("odd_even", [ranks[0::2], ranks[1::2]])):
@@ -278,7 +278,9 @@ def unsorted_group(ctx: CheckContext) -> dist.ProcessGroup | None:
     """Every rank in reverse order, kept unsorted (new_group(sort_ranks=False), torch >= 2.13: group rank i is
     global rank n - 1 - i, v2.13.0 distributed_c10d.py:5996-5998); None where torch has no sort_ranks or refuses
     it (torch 2.13's torchcomms routing makes new_group with split_group, which sorts: NotImplementedError,
-    :5899-5903), noted."""
+    :5899-5903), noted; None in a world of one rank, where no order differs."""
+    if ctx.world_size < 2:
+        return None
     if "sort_ranks" not in inspect.signature(dist.new_group).parameters:
         ctx.note(f"no unsorted group: torch {torch.__version__}'s new_group has no sort_ranks")
         return None

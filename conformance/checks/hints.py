@@ -5,12 +5,14 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from conformance.checks.common import (
     config_part,
     expect_allreduce_members,
     expect_raises,
+    new_comms,
     options_part,
     positive_control,
     refusal_words,
@@ -19,8 +21,11 @@ from conformance.checks.option_bounds import ctas_cases
 from conformance.checks.option_trees import check_option_trees
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
+from conformance.probe import observing
 from conformance.torch_compat import members_only_new_group_refused
 from conformance.torchcomms_hints import HINT_KEYS
+
+LAZY_INVALID_WAIT_S = 5.0  # the lazy world's timeout: a member that waits for a peer that refused fails soon
 
 # net_name "Socket": NCCL then considers only the net plugin of that name and fails init when it cannot
 # start it ("Failed to initialize any NET plugin", NCCL 2.30.7 src/plugin/net.cc:330-349); the Socket
@@ -116,6 +121,39 @@ def lazy_subgroup_options(ctx: CheckContext) -> None:
     world_config = _config(ctx, world, "lazy world")
     leaked = {k: world_config.get(k) for k in OPTIONS if world_config.get(k) == OPTIONS[k]}
     ctx.expect(not leaked, "the lazy world's config after its subgroups were given options", "defaults", leaked)
+    if observing("comm_created") in ctx.target.capabilities and ctx.world_size > 1:
+        _pair_comms_take_options(ctx, ranks)
+
+
+def _pair_comms_take_options(ctx: CheckContext, ranks: list[int]) -> None:
+    """A lazy group given OPTIONS whose first op is a send from rank 0 to rank 1: the 2-rank communicators that
+    makes carry the group's options too (ProcessGroupNCCL makes every communicator of a group, pair ones
+    included, with the group's options_->config: initNCCLComm's NCCLComm::create(numRanks, rank, ncclID,
+    options_->config)). Judged on the keys the group's own config shows with OPTIONS' values; where the target
+    makes no pair communicator, or records no config with it, that is noted."""
+    group = dist.new_group(ranks, pg_options=options_part(ctx).make(**OPTIONS))
+    since = ctx.probe.mark()
+    t = torch.arange(4, dtype=torch.float32, device=ctx.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the lazy-P2P warning: P2P-LAZY-WARN-ONCE's subject
+        if ctx.rank == 0:
+            dist.send(t, 1, group=group)
+        elif ctx.rank == 1:
+            dist.recv(t, 0, group=group)
+    pairs = [e for e in new_comms(ctx, since) if e.get("mode") == "p2p"]
+    shown = _config(ctx, group, "a lazy group given options, after its first P2P")
+    keys = [k for k in OPTIONS if shown.get(k) == OPTIONS[k]]
+    dist.barrier()
+    if ctx.rank not in (0, 1):
+        return
+    if not pairs or not all(isinstance(e.get("config"), dict) for e in pairs):
+        ctx.note("pair communicators' options not judged: the first P2P of a lazy group given options made no "
+                 "pair communicator, or recorded none with its config")
+        return
+    for event in pairs:
+        got = {k: event["config"].get(k) for k in keys}
+        ctx.expect_equal(f"pair communicator {event.get('comm')} of a lazy group given options: its config, for the "
+                         f"options the group's config shows ({keys})", {k: OPTIONS[k] for k in keys}, got)
 
 
 def _expect_config_before_comm(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> None:
@@ -233,10 +271,31 @@ def invalid_refused(ctx: CheckContext) -> None:
                       lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),
                       (ValueError, TypeError, RuntimeError), contains)
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "world after refused options")
+    _invalid_on_lazy_groups(ctx, ranks, needles[:2])
     if "hints" in ctx.target.capabilities:  # the valid boundary of the inconsistent case: accepted
         edge = {"minCTAs": "4", "maxCTAs": "4"}
         group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=edge))
         expect_allreduce_members(ctx, group, ranks, f"new_group with hints {edge} (minCTAs equal to maxCTAs)")
+
+
+def _invalid_on_lazy_groups(ctx: CheckContext, ranks: list[int], needles: list[tuple[dict[str, Any], Any]]) -> None:
+    """A group of a lazily initialised world (no device bound) given invalid options: refused at new_group, or,
+    where the backend makes the communicator at the group's first collective and validates there (as NCCL does:
+    ProcessGroupNCCL keeps the config as given and ncclCommInitRankConfig checks it when the communicator is
+    made), by that collective, on every member, naming key and value; never accepted by both. The group is made
+    on a new lazy world of the same ranks (every rank destroys the bound one first)."""
+    dist.barrier()
+    dist.destroy_process_group()
+    ctx.init_world("lazy", timeout_s=LAZY_INVALID_WAIT_S)
+    for fields, contains in needles:
+        what = f"lazy world: new_group with invalid option {fields}, then its first all_reduce"
+
+        def make_and_use(f: dict[str, Any] = fields) -> None:
+            group = dist.new_group(ranks, pg_options=options_part(ctx).make(**f))
+            dist.all_reduce(torch.ones(2, device=ctx.device), group=group)
+
+        expect_raises(ctx, what, make_and_use, (ValueError, TypeError, RuntimeError), contains)
+        dist.barrier()
 
 
 def expect_untouched(ctx: CheckContext, options: Any, before: dict[str, Any], what: str) -> None:

@@ -45,6 +45,8 @@ CAPABILITIES: dict[str, str] = {
     "coalesced_p2p": "batch_isend_irecv coalesced into one backend launch",
     "p2p_tags": "send/recv tags that select among messages (NCCL ignores tags)",
     "p2p_any_source": "recv(src=None) from whichever peer sends",
+    "uneven_all_gather": "all_gather of tensors that differ in size across members (torch documents it; "
+                         "ProcessGroupNCCL runs it, gloo refuses it)",
     "lazy_pair_comms": "send/recv on a group without a device binding makes one 2-rank communicator per pair",
     "mismatch_detection": "members that disagree on a collective (op, root, dtype, size, split sizes, shapes, "
                           "split lists) are refused on every member, naming the disagreement",

@@ -19,7 +19,7 @@ from simulator.comm import SHM_PREFIX_ENV
 
 _FEATURES = frozenset({
     "device_binding", "split", "hints", "custom_backend", "torchcomms", "p2p_tags", "p2p_any_source",
-    "mismatch_detection", "lazy_pair_comms",
+    "mismatch_detection", "lazy_pair_comms", "uneven_all_gather",
 })
 
 

@@ -62,6 +62,10 @@ CONTRACT: dict[str, str] = {
     "mismatch_detection": "every collective compares what each member called and refuses, on every member, "
                           "different ops, roots, dtypes, sizes, all_to_all split sizes or shapes, and split_group "
                           "split lists that differ, naming the disagreement (neither gloo nor NCCL does)",
+    "uneven_all_gather": "all_gather (the list form) of tensors that differ in size across members, every member "
+                         "naming the same output sizes, gives each member every tensor exactly (torch documents it, "
+                         "2.13 :4196; ProcessGroupNCCL runs it; gloo refuses it naming the size; undeclared: it "
+                         "may be refused naming the size or shape)",
 }
 # Checks that consult a capability beyond the requirements that need it (the spec's capabilities).
 CONSULTED: dict[str, str] = {
@@ -73,6 +77,8 @@ CONSULTED: dict[str, str] = {
     "p2p_any_source": "P2P-DATA checks recv(src=None)",
     "lazy_pair_comms": "P2P-LAZY-PAIR-COMM and P2P-LAZY-WARN-ONCE fail, instead of not applying, where lazy P2P "
                        "makes no pair communicator",
+    "uneven_all_gather": "API-LIST-COLLECTIVES requires the all_gather of uneven tensors instead of admitting a "
+                         "refusal naming the size",
 }
 # NCCL-style fields of an options object, as the options part makes and reads them.
 OPTION_FIELDS = ("is_high_priority_stream", "cga_cluster_size", "max_ctas", "min_ctas", "net_name")

@@ -259,6 +259,27 @@ def test_all_to_all_single_uneven_splits(prefix: str) -> None:
     assert ok_values(run_ranks(n, body, prefix), n) == [[True]] * n
 
 
+def test_all_gather_of_uneven_tensors(prefix: str) -> None:
+    """Member j gathers j + 1 elements from member j (ProcessGroupNCCL's uneven all_gather); a member whose own
+    output is not the size of its input is refused on every member."""
+    n = 3
+
+    def body(fab: Fabric, rank: int, n: int) -> list[Any]:
+        ins = [gen(r, torch.float32, r + 1, "uneven") for r in range(n)]
+        outs = [torch.full((j + 1,), -1.0) for j in range(n)]
+        fab.all_gather(outs, ins[rank])
+        exact = [torch.equal(o, i) for o, i in zip(outs, ins, strict=True)]
+        wrong = [torch.zeros(2) for _ in range(n)]  # every member names size 2 for member 0's 1 element
+        try:
+            fab.all_gather(wrong, ins[rank])
+            refused = "no error"
+        except SimError as exc:
+            refused = str(exc)
+        return [exact, "rank 0" in refused and "float32[1]" in refused]
+
+    assert ok_values(run_ranks(n, body, prefix), n) == [[[True] * n, True]] * n
+
+
 def test_all_to_all_split_disagreement_raises_everywhere(prefix: str) -> None:
     def body(fab: Fabric, rank: int, n: int) -> None:
         out_sizes = [1, 1] if rank == 0 else [2, 1]  # rank 1 expects 2 rows from rank 0, which sends 1
