@@ -258,7 +258,7 @@ def gather_scatter_order(ctx: CheckContext) -> None:
     found = Findings(ctx)
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
         found.case(_gather_cases, ctx, group, members, label)
-        if label in ("world", UNSORTED) or members == list(range(1, ctx.world_size)):
+        if label == "world" or members == list(range(1, ctx.world_size)):  # the unsorted group: hand-picked
             run_plan(ctx, found, cc.GATHER, lambda c, g=group, m=members, lb=label: cc.gather_case(ctx, g, m, lb, c),
                      members, label)
     found.case(_reduce_scatter_tensor_bad_input, ctx)
@@ -307,7 +307,7 @@ def rooted(ctx: CheckContext) -> None:
                         want = ref.combine([inputs[m] for m in members], op, dtype)
                         bad = ref.mismatch(t, want, dtype)
                         found.case(ctx.expect, bad is None, what, want, bad)
-        if label in ("world", "reversed", UNSORTED) or members == list(range(1, ctx.world_size)):
+        if label in ("world", UNSORTED) or members == list(range(1, ctx.world_size)):  # group rank != global
             run_plan(ctx, found, cc.rooted_plan(len(members), big=label == "world"),
                      lambda c, g=group, m=members, lb=label: cc.rooted_case(ctx, g, m, lb, c), members, label)
     found.conclude()
@@ -379,7 +379,7 @@ def alltoall_uneven(ctx: CheckContext) -> None:
         for dtype in (torch.float32, torch.int64):
             for uneven in (False, True):
                 found.case(_alltoall_case, ctx, group, members, label, dtype, uneven)
-        if label in ("world", UNSORTED) or members == list(range(1, ctx.world_size)):
+        if label == "world" or members == list(range(1, ctx.world_size)):  # the unsorted group: hand-picked
             run_plan(ctx, found, cc.ALLTOALL, lambda c, g=group, m=members, lb=label:
                      cc.alltoall_case(ctx, g, m, lb, c), members, label)
     found.conclude()
