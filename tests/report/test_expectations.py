@@ -40,7 +40,7 @@ def test_shipped_files_load():
     assert nccl["API-LIFECYCLE"].world_sizes == (1,) and nccl["API-LIFECYCLE"].torch == ">=2.11,<2.12"
     gloo = {e.requirement for e in load_expectations("gloo")}
     assert gloo == {"P2P-PEER-OUTSIDE", "P2P-MISMATCH", "COLL-NONCONTIGUOUS", "P2P-DATA", "COAL-SYNC-RESULTS",
-                    "API-WORK-FUTURE", "COLL-ALLTOALL-UNEVEN", "API-OP-PROGRAMS"}
+                    "API-WORK-FUTURE", "COLL-ALLTOALL-UNEVEN", "API-OP-PROGRAMS", "COLL-ABSENT-PEER"}
     (entry,) = load_expectations("torchcomms")
     assert entry.requirement == "HINT-TORCHCOMMS-OPTIONS" and entry.outcome == "fail"
     assert entry.issue == "https://github.com/pytorch/pytorch/pull/187856"
