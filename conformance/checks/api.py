@@ -449,7 +449,8 @@ def list_collectives(ctx: CheckContext) -> None:
     for j, t in enumerate(gathered):
         found.case(expect_exact, ctx, t, block(j, 1), f"all_gather: tensor from rank {j}")
     found.checkpoint()
-    _uneven_all_gather(ctx, found, block)
+    unsorted = unsorted_group(ctx)
+    _uneven_all_gather(ctx, found, block, unsorted)
     lists = [[torch.zeros(1, device=dev), torch.zeros(2, device=dev)] for _ in range(n)]
     if optional_case(ctx, "all_gather_coalesced", lambda: dist.all_gather_coalesced(
             lists, [torch.tensor(block(r, 0), device=dev), torch.tensor(block(r, 1), device=dev)]),
@@ -459,11 +460,12 @@ def list_collectives(ctx: CheckContext) -> None:
                 found.case(expect_exact, ctx, t, block(j, k), f"all_gather_coalesced: tensor {k} of rank {j}")
         found.case(_coalesced_longer_refused, ctx, block)
     found.checkpoint()
-    _lists_in_subgroups(ctx, found, block, declined)
+    _lists_in_subgroups(ctx, found, block, declined, unsorted)
     found.conclude()
 
 
-def _uneven_all_gather(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]]) -> None:
+def _uneven_all_gather(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
+                       unsorted: dist.ProcessGroup | None) -> None:
     """all_gather whose members' tensors differ in size (member j's has j + 1 elements, every member naming the
     same output sizes): torch documents it ('Complex and uneven sized tensors are supported', v2.13.0
     distributed_c10d.py:4196), ProcessGroupNCCL runs it (each member's tensor broadcast in turn where the outputs
@@ -471,10 +473,10 @@ def _uneven_all_gather(ctx: CheckContext, found: Findings, block: Callable[[int,
     seen on 2.13.0). Exact in group-rank order, and required where the target declares ``uneven_all_gather``;
     elsewhere it may be refused naming the size or shape, on the world and on the unsorted group alike."""
     required = "uneven_all_gather" in ctx.target.capabilities
-    groups: list[tuple[str, Any, list[int]]] = [("world", None, list(range(ctx.world_size)))]
-    unsorted = unsorted_group(ctx)
+    world = list(range(ctx.world_size))
+    groups: list[tuple[str, Any, list[int]]] = [("world", None, world)]
     if unsorted is not None:
-        groups.append((f"unsorted group {groups[0][2][::-1]}", unsorted, groups[0][2][::-1]))
+        groups.append((f"unsorted group {world[::-1]}", unsorted, world[::-1]))
     for label, group, members in groups:
         what = f"{label}: all_gather of uneven tensors (group rank j's has j + 1 elements)"
         me = members.index(ctx.rank)
@@ -498,9 +500,9 @@ def _required_call(ctx: CheckContext, what: str, call: Callable[[], Any]) -> Non
 
 
 def _lists_in_subgroups(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
-                        declined: Callable[..., tuple[str, ...]]) -> None:
+                        declined: Callable[..., tuple[str, ...]], unsorted: dist.ProcessGroup | None) -> None:
     """gather and scatter from every root and the uneven all_to_all again on the group of the ranks above 0, where
-    group rank j is global rank j + 1, and on the world kept in reverse order (``unsorted_group``), where group
+    group rank j is global rank j + 1, and on the world kept in reverse order (``unsorted``), where group
     rank j is global rank n - 1 - j (roots named by global rank, as torch takes them): a backend that reads a
     group rank as a global one, or ranks its members sorted, gathers from or scatters to the wrong rank. Each op
     runs there exactly when it ran on the world (the same kinds)."""
@@ -511,7 +513,6 @@ def _lists_in_subgroups(ctx: CheckContext, found: Findings, block: Callable[[int
     if ctx.rank in members and len(members) > 1:
         _gather_scatter(ctx, found, block, declined, group, members, f"ranks {members}: ")
         _uneven_all_to_all(ctx, found, block, declined, group, members, f"ranks {members}: ")
-    unsorted = unsorted_group(ctx)
     if unsorted is not None:
         order = list(range(ctx.world_size))[::-1]
         _gather_scatter(ctx, found, block, declined, unsorted, order, f"unsorted group {order}: ")

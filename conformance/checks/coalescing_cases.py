@@ -78,7 +78,7 @@ def block_case(ctx: CheckContext, case: Case) -> None:
             wants.append(want)
         outs.append(out)
 
-    given = [o.data_ptr() for o in outs]
+    given = [data.Placed(o, o, "flat") for o in outs]  # where each output lies, to see one pointed elsewhere
 
     def block() -> None:
         with dist._coalescing_manager():
@@ -91,7 +91,7 @@ def block_case(ctx: CheckContext, case: Case) -> None:
     if not cc.run(ctx, case.with_(dtype=dtypes[0]), what, op, block, required=required,
                   extra_names=("dtype", "type") if len(dtypes) > 1 else ()):
         return
-    moved = [i for i, (o, ptr) in enumerate(zip(outs, given, strict=True)) if o.data_ptr() != ptr]
+    moved = [i for i, placed in enumerate(given) if placed.rebound()]
     if moved:
         raise CheckFailed(f"rank {me}: {what}: the outputs of ops {moved[:4]} no longer view the memory they were "
                           "given (a backend writes into the caller's tensor, never points it elsewhere)")
