@@ -31,6 +31,7 @@ from conformance.checks.common import (
     shared_folder,
     unsorted_group,
 )
+from conformance.checks.group_program_runs import check_group_programs
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
 from conformance.checks.program_runs import check_programs
@@ -631,3 +632,11 @@ def op_programs(ctx: CheckContext) -> None:
     order: every output exact when its op returns or its wait does, and still at the program's end."""
     ctx.init_world(default_mode(ctx))
     check_programs(ctx)
+
+
+@check("API-GROUP-PROGRAMS")
+def group_programs(ctx: CheckContext) -> None:
+    """Seeded programs of group creation (new_group, split_group, given options or none), use (a collective, a
+    message by each P2P entry point) and destruction, on bound and lazy worlds, each judged against the model of
+    which communicators each step makes and which options each group holds (``group_program_runs``)."""
+    check_group_programs(ctx)

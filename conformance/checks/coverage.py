@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from types import SimpleNamespace
 
-from conformance.checks import coalescing_cases, option_trees, p2p_cases, split_trees
+from conformance.checks import coalescing_cases, group_programs, option_trees, p2p_cases, split_trees
 from conformance.checks import collective_cases as cc
 from conformance.checks import collective_refusals as refusals
 from conformance.checks.cases import Generation, Plan, show
@@ -39,7 +39,8 @@ def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan
 def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, int, str, list[str], list[str]]]:
     """(requirement, plan, cases, dimension, boundary values hit, boundary values missed) for every dimension;
     API-OP-PROGRAMS' rows count the steps of its programs (every kind offered, tags declared), SPLIT-TREES' and
-    HINT-SPLIT-TREES' their trees."""
+    HINT-SPLIT-TREES' their trees, API-GROUP-PROGRAMS' its programs (a target that binds, splits and receives from
+    any source)."""
     drawn = [s for steps in all_programs(generation.seed, generation.budget, program_groups(world_size), True,
                                          possible_kinds(world_size)) for s in steps]
     yield from _named_rows("API-OP-PROGRAMS", "programs", len(drawn), dimensions(), coverage(drawn))
@@ -48,6 +49,9 @@ def rows(generation: Generation, world_size: int) -> Iterator[tuple[str, str, in
                            split_trees.coverage(made))
     yield from _named_rows("HINT-SPLIT-TREES", "split trees", len(made), option_trees.dimensions(),
                            option_trees.coverage(len(made), generation.seed))
+    lifecycles = group_programs.programs(generation.seed, generation.budget, world_size, True, True, True)
+    yield from _named_rows("API-GROUP-PROGRAMS", "group programs", len(lifecycles), group_programs.dimensions(),
+                           group_programs.coverage(lifecycles))
     for requirement, pairs in plans(world_size).items():
         for plan, n in pairs:
             cases = plan.cases(generation, n)

@@ -104,24 +104,25 @@ class CheckContext:
         is made as such users make it, with one ``split_group`` every rank calls; non-members get
         NON_GROUP_MEMBER either way."""
         timeout = timedelta(seconds=self.timeout_s if timeout_s is None else min(self.timeout_s, timeout_s))
-        if self._subgroups_by_split() and set(ranks) != set(range(dist.get_world_size())):
+        if self.subgroups_by_split() and set(ranks) != set(range(dist.get_world_size())):
             group = dist.split_group(split_ranks=[sorted(ranks)], timeout=timeout, **kwargs)
             return group if group is not None else dist.GroupMember.NON_GROUP_MEMBER
         return dist.new_group(ranks, timeout=timeout, **kwargs)
 
-    def new_partition(self, parts: list[list[int]]) -> list[Any]:
-        """Each part's group (NON_GROUP_MEMBER where this rank is not in it) for parts that hold every rank once.
+    def new_partition(self, parts: list[list[int]], **kwargs: Any) -> list[Any]:
+        """Each part's group (NON_GROUP_MEMBER where this rank is not in it) for parts that hold every rank once;
+        ``kwargs`` (pg_options) go to every call.
         Where ``new_group`` would split, one ``split_group`` of every part: a split that leaves ranks out
         registers a group on its members only, and torch before 2.15 salts the hashed name of the next split
         with that count, so members of a later split would name their group differently (v2.13.0
         distributed_c10d.py:5464-5468; 2.15 salts with a count every rank keeps, v2.15.0 :6728-6740).
         Elsewhere ``new_group`` per part, in order."""
-        if not self._subgroups_by_split() or len(parts) == 1:
-            return [self.new_group(part) for part in parts]
-        mine = dist.split_group(split_ranks=parts, timeout=timedelta(seconds=self.timeout_s))
+        if not self.subgroups_by_split() or len(parts) == 1:
+            return [self.new_group(part, **kwargs) for part in parts]
+        mine = dist.split_group(split_ranks=parts, timeout=timedelta(seconds=self.timeout_s), **kwargs)
         return [mine if self.rank in part else dist.GroupMember.NON_GROUP_MEMBER for part in parts]
 
-    def _subgroups_by_split(self) -> bool:
+    def subgroups_by_split(self) -> bool:
         """Whether subgroups are made with split_group: a bound world on a stack whose new_group cannot take
         non-members (``torch_compat``)."""
         world = dist.group.WORLD
