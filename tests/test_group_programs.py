@@ -23,7 +23,7 @@ def test_programs_are_seeded_and_keep_to_their_rules(world_size: int, bound: boo
                 assert layers[step.layer], f"{step.describe()} acts on a destroyed layer"
             assert not (destroyed and step.kind in ("new", "split")), "a group made after a destroy"
             assert step.kind != "destroy" or (step.layer != gp.WORLD_LAYER and step.index >= gp.FIRST_DESTROY)
-            assert step.kind != "split" or program.bound, "a split of an unbound world"
+            assert step.kind != "split" or program.bound, "a split of an unbound world (lazy_splits not given)"
             destroyed |= step.kind == "destroy"
         for groups in gp.layers_after(world_size, program.steps):
             assert not groups or sorted(r for g in groups for r in g) == list(range(world_size))

@@ -80,6 +80,12 @@ ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), *DTYPE_VALUES), op=ALL_
 GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES),
                kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
                in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
+# the same kinds in place, as FSDP calls them: all_gather_into_tensor's input is this rank's slot of the output,
+# all_gather's is its own tensor of the output list, reduce_scatter_tensor's output is this rank's shard of the
+# input (NCCL: in place when sendbuff == recvbuff + rank * count); a plan of its own, so GATHER's cases stay
+IN_PLACE = _plan("gather/reduce_scatter in place", False, (("kind", "out_layout"), *DTYPE_VALUES),
+                 kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
+                 out_layout=gc.CONTIGUOUS_LAYOUTS)
 NONCONTIGUOUS = Plan("non-contiguous", {
     "kind": ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"),
     "in_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS), "out_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS),
@@ -135,12 +141,17 @@ def expected_reduction(case: Case, columns: list[torch.Tensor], op: str) -> data
 
 def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[], object],
         noncontiguous: bool = False, required: bool | None = None, extra_names: tuple[str, ...] = ()) -> bool:
-    """Run a case's call: required cases (by default the required ops on the required dtypes, contiguous)
-    must run; optional ones may be refused naming the op, the dtype, contiguity or ``extra_names``: then
-    ``Declined`` (run_plan re-runs the case with the common op and dtype)."""
+    """Run a case's call: required cases (by default the required ops on the required dtypes, contiguous, and
+    an op that moves data without reducing it, ``op`` None, on every dtype, contiguous) must run; optional ones
+    may be refused naming the op, the dtype, contiguity or ``extra_names``: then ``Declined`` (run_plan re-runs
+    the case with the common op and dtype).
+
+    Moving data is copying bytes: NCCL's broadcast, all_gather, all_to_all, send and recv take every
+    ncclDataType_t alike (src/collectives.cc, src/enqueue.cc: no per-dtype path), so a backend that moves one
+    dtype and refuses another has a bug in its data path, not a missing feature."""
     dtype = case["dtype"]
     if required is None:
-        required = (op is None or op in REQUIRED_OPS) and dtype in REQUIRED_DTYPES and not noncontiguous
+        required = (op is None or (op in REQUIRED_OPS and dtype in REQUIRED_DTYPES)) and not noncontiguous
     if required:
         fn()
         return True
@@ -338,3 +349,48 @@ def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str,
             noncontiguous="strided" in (case["in_layout"], case["out_layout"])):
         expect(ctx, what, out, data.Expected(want))
         expect_kept(ctx, what, placed_in, mine)
+
+
+def in_place_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    """all_gather_into_tensor, all_gather (list) or reduce_scatter_tensor in place (``IN_PLACE``): the input is this
+    rank's slot of the output (reduce_scatter_tensor: the output is this rank's shard of the input)."""
+    n, me, dtype, kind, layout = len(members), members.index(ctx.rank), case["dtype"], case["kind"], case["out_layout"]
+    shard = gc.numel(case["size"], dtype, n) // (n if case["size"].startswith("~") else 1)
+    shape = data.nd_shape(shard)
+    stacked = (n * shape[0], *shape[1:])
+    rows = shape[0] if layout == "N-D" else shard
+
+    def slot(whole: data.Placed) -> torch.Tensor:
+        return whole.view.narrow(0, me * rows, rows)
+
+    if kind == "reduce_scatter_tensor":
+        op = case["op"]
+        ins = member_inputs(ctx, case, members, shard * n, op)
+        whole = data.place(ins[ctx.rank], layout, ctx.device, stacked)
+        what = _what(case, label, kind, shard * n) + f", {layout} input, the output its shard {me}"
+        mine = slot(whole)
+        if run(ctx, case, what, op, lambda: dist.reduce_scatter_tensor(mine, whole.view, op=ref.REDUCE_OPS[op],
+                                                                        group=group)):
+            full = expected_reduction(case, [ins[m] for m in members], op)
+            part = slice(me * shard, (me + 1) * shard)
+            bad = data.mismatch(mine, data.Expected(full.values[part],
+                                                    None if full.tolerance is None else full.tolerance[part]))
+            if bad:
+                raise CheckFailed(f"rank {ctx.rank}: {what}: {bad}")
+        return
+    ins = member_inputs(ctx, case, members, shard, None)
+    if kind == "all_gather_into_tensor":
+        out = data.empty_like_layout(shard * n, dtype, layout, ctx.device, stacked)
+        mine = slot(out)
+        mine.copy_(ins[ctx.rank].reshape(mine.shape).to(ctx.device))
+        what = _what(case, label, kind, shard) + f", {layout} output, the input its slot {me}"
+        if run(ctx, case, what, None, lambda: dist.all_gather_into_tensor(out.view, mine, group=group)):
+            want = data.Expected(torch.cat([ins[m] for m in members]))
+            expect(ctx, f"{what} in group-rank order {members}", out, want)
+        return
+    outs = [data.empty_like_layout(shard, dtype, layout, ctx.device, shape) for _ in members]
+    outs[me].view.copy_(ins[ctx.rank].reshape(outs[me].view.shape).to(ctx.device))
+    what = _what(case, label, kind, shard) + f", {layout} outputs, the input its own slot {me}"
+    if run(ctx, case, what, None, lambda: dist.all_gather([o.view for o in outs], outs[me].view, group=group)):
+        for j, m in enumerate(members):
+            expect(ctx, f"{what}: slot {j} (rank {m}'s input)", outs[j], data.Expected(ins[m]))

@@ -261,6 +261,8 @@ def gather_scatter_order(ctx: CheckContext) -> None:
         if label == "world" or members == list(range(1, ctx.world_size)):  # the unsorted group: hand-picked
             run_plan(ctx, found, cc.GATHER, lambda c, g=group, m=members, lb=label: cc.gather_case(ctx, g, m, lb, c),
                      members, label)
+            run_plan(ctx, found, cc.IN_PLACE, lambda c, g=group, m=members, lb=label:
+                     cc.in_place_case(ctx, g, m, lb, c), members, label)
     found.case(_reduce_scatter_tensor_bad_input, ctx)
     found.conclude()
 

@@ -24,7 +24,7 @@ def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan
     n = world_size
     return {
         "COLL-ALLREDUCE-OPS": [(cc.ALL_REDUCE, n)],
-        "COLL-GATHER-SCATTER-ORDER": [(cc.GATHER, n)],
+        "COLL-GATHER-SCATTER-ORDER": [(cc.GATHER, n), (cc.IN_PLACE, n)],
         "COLL-ROOTED": [(cc.rooted_plan(n, big=True), n)],
         "COLL-NONCONTIGUOUS": [(cc.NONCONTIGUOUS, n)],
         "COLL-ALLTOALL-UNEVEN": [(cc.ALLTOALL, n), (cc.ALLTOALL_OMITTED, n)],

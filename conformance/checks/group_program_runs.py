@@ -45,7 +45,7 @@ from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed, NotObservable
 from conformance.probe import control_missing, observing
-from conformance.torch_compat import PAIR_P2P_STACKS, members_only_new_group_refused
+from conformance.torch_compat import PAIR_P2P_STACKS, members_only_new_group_refused, split_refuses_unbound
 
 ELEMENTS = 3
 
@@ -83,6 +83,10 @@ class _Run:
         # a stack whose bound groups send on 2-rank communicators by design (nccl-lazy)
         self.pairs_by_design = ctx.target.target.stack in PAIR_P2P_STACKS
         self.bound = program.bound  # what torch made of the world: some stacks bind every world (nccl2)
+        # layers whose caller changed its options object after making them (``_untouched``), and the splits given
+        # none of those or of these, whose options are not judged
+        self.changed: set[int] = set()
+        self.unjudged: set[int] = set()
         self.destroys_seen = observing("comm_destroyed") in ctx.target.capabilities
 
     # -- the model's options ------------------------------------------------------------------------------
@@ -113,7 +117,7 @@ class _Run:
 
     def _judge_group_config(self, step: GroupStep | str, layer: int) -> None:
         mine = self.layers[layer]
-        if mine is not None:
+        if mine is not None and layer not in self.unjudged:
             config = config_part(self.ctx).effective(mine.handle, self.ctx.probe)
             self._judge_config(step, f"effective config of its group {mine.members} (layer {layer})", config,
                                self.sets[layer][mine.index])
@@ -194,12 +198,14 @@ class _Run:
         made = options_part(self.ctx).make(**OPTION_SETS[step.options])
         return {"pg_options": made}, made, options_part(self.ctx).read(made)
 
-    def _made(self, step: GroupStep, since: int, layer: int, parent: set[str] | None) -> None:
-        """Judge the communicators a new group of ``layer`` made on this rank during ``step``: exactly one (none
-        on a lazy world), of this rank's group, child of ``parent`` where given, with the group's options."""
+    def _made(self, step: GroupStep, since: int, layer: int, parent: set[str] | None,
+              skip: set[str] | None = None) -> None:
+        """Judge the communicators a new group of ``layer`` made on this rank during ``step`` (but those in ``skip``,
+        judged already): exactly one (none on a lazy world), of this rank's group, child of ``parent`` where
+        given, with the group's options."""
         mine = self.layers[layer]
         assert mine is not None
-        created = new_comms(self.ctx, since)
+        created = [e for e in new_comms(self.ctx, since) if e.get("comm") not in (skip or set())]
         if not mine.has_comm:
             if created:
                 self._fail(step, f"communicators made for a group of a lazy world before its first collective: "
@@ -219,11 +225,13 @@ class _Run:
 
     def _judge_event(self, step: GroupStep, event: dict[str, Any], mine: _Mine, layer: int,
                      members: list[int] | None = None) -> None:
+        """A communicator made for ``layer``'s group of this rank: its members (``members`` for a pair's) and
+        config."""
         want = sorted(mine.members if members is None else members)
         if sorted(event.get("members") or ()) != want:
             self._fail(step, f"members of communicator {event.get('comm')} ({event.get('mode')}): expected {want}, "
                        f"observed {event.get('members')}")
-        if isinstance(event.get("config"), dict):
+        if isinstance(event.get("config"), dict) and layer not in self.unjudged:
             self._judge_config(step, f"config of communicator {event.get('comm')} ({event.get('mode')}) made for "
                                f"its group {mine.members}", event["config"], self.sets[layer][mine.index])
 
@@ -253,11 +261,35 @@ class _Run:
         if child is None or child is dist.GroupMember.NON_GROUP_MEMBER:
             raise CheckFailed(f"rank {self.ctx.rank}: step {step.describe()}: expected a group of {sorted(members)}, "
                               f"observed {child!r}")
-        self.layers.append(_Mine(child, dist.get_process_group_ranks(child), index, True))
+        self.layers.append(_Mine(child, dist.get_process_group_ranks(child), index, self.bound))
         self._expect_members(step, members)
-        self._made(step, since, len(self.layers) - 1, parent.comms)
+        if step.options is None and step.layer in self.changed | self.unjudged:
+            self.unjudged.add(len(self.layers) - 1)
+        theirs = self._lazy_split(step, since, parent) if not self.bound else set()
+        self._made(step, since, len(self.layers) - 1, parent.comms, skip=theirs)
         if made is not None:
             self._untouched(step, made, before, "split_group")
+
+    def _lazy_split(self, step: GroupStep, since: int, parent: _Mine) -> set[str]:
+        """A split of an unbound parent (torch 2.15 allows it; v2.15.0 distributed_c10d.py:6886, the child is left
+        unbound, :7003) makes the child's communicator at its first collective, or at once by a split of the
+        parent's, whose own it then makes first where it has none (the simulator's ProcessGroupNCCL and toyccl do
+        that): both are accepted, and the parent's judged as the parent's first collective would be. Returns the
+        ids of the parent's communicators made now."""
+        created = [e for e in new_comms(self.ctx, since) if e.get("mode") != "p2p"]
+        if not created:
+            return set()
+        self.layers[-1].has_comm = True  # type: ignore[union-attr]
+        theirs = [e for e in created if sorted(e.get("members") or ()) == sorted(parent.members)
+                  and e.get("mode") != "split"]
+        if parent.has_comm or not theirs:
+            return set()
+        parent.has_comm = True
+        parent.comms |= {e["comm"] for e in theirs}
+        layer = self.layers.index(parent)
+        for event in theirs:
+            self._judge_event(step, event, parent, layer)
+        return {e["comm"] for e in theirs}
 
     def _expect_members(self, step: GroupStep, members: list[int]) -> None:
         """The new group has ``members``; in a bound world it is bound to the world's device too (torch reads a
@@ -272,10 +304,19 @@ class _Run:
                        f"observed {getattr(mine.handle, 'bound_device_id', None)}")
 
     def _untouched(self, step: GroupStep, made: Any, before: dict[str, Any], call: str) -> None:
+        """The caller's options object is as it was. On a lazy world the caller then changes it to another set's
+        values (as a caller reusing its object does), which the group, whose communicator is made later, must not
+        take. Not on a bound world: there a split given no options copies its parent's options object (torch 2.13:
+        v2.13.0 distributed_c10d.py:5656-5660), which ProcessGroupNCCL keeps as the caller's own (options_), so
+        what it inherits after such a change is torch's and the backend's aliasing, not judged here."""
         try:
             expect_untouched(self.ctx, made, before, f"the caller's options object after {call}(pg_options=it)")
         except CheckFailed as exc:
             self._fail(step, str(exc))
+        if not self.bound:
+            assert step.options is not None
+            options_part(self.ctx).change(made, **OPTION_SETS[step.options % 3 + 1])
+            self.changed.add(len(self.layers) - 1)
 
     def _use(self, step: GroupStep, since: int) -> None:
         mine = self.layers[step.layer]
@@ -423,7 +464,7 @@ def check_group_programs(ctx: CheckContext) -> None:
     """Run the run's group programs; fail naming the seed, the program and its steps up to the first failing one."""
     caps, gen = ctx.target.capabilities, ctx.generation
     drawn = programs(gen.seed, gen.budget, ctx.world_size, "device_binding" in caps, "split" in caps,
-                     "p2p_any_source" in caps)
+                     "p2p_any_source" in caps, lazy_splits=not split_refuses_unbound())
     everyone = list(range(ctx.world_size))
     for number, program in enumerate(drawn):
         run = _Run(ctx, number, program)

@@ -97,6 +97,13 @@ def layers_after(world_size: int, steps: tuple[GroupStep, ...] | list[GroupStep]
     return layers
 
 
+def _has_live_splits(steps: list[GroupStep], layer: int) -> bool:
+    """Whether a layer split from ``layer`` by one of ``steps`` is still live after them."""
+    made = [s for s in steps if s.kind in ("new", "split")]
+    destroyed = {s.layer for s in steps if s.kind == "destroy"}
+    return any(s.kind == "split" and s.layer == layer and 1 + made.index(s) not in destroyed for s in made)
+
+
 def _partition(rng: random.Random, items: list[int]) -> tuple[tuple[int, ...], ...]:
     """``items`` in a drawn order cut into 1 to len(items) parts."""
     order = list(items)
@@ -105,10 +112,13 @@ def _partition(rng: random.Random, items: list[int]) -> tuple[tuple[int, ...], .
     return tuple(tuple(order[a:b]) for a, b in zip([0, *ends], [*ends, len(order)]))
 
 
-def draw(seed: int, number: int, world_size: int, bound: bool, splits: bool, any_source: bool) -> GroupProgram:
+def draw(seed: int, number: int, world_size: int, bound: bool, splits: bool, any_source: bool,
+         lazy_splits: bool = False) -> GroupProgram:
     """Program ``number`` of the run with ``seed``: the same on every rank. ``bound``: the world is bound (split
-    steps need it and ``splits``); ``any_source``: the target receives from any source."""
-    rng = random.Random(stable_seed(seed, "group program", number, world_size, bound, splits, any_source))
+    steps need ``splits`` and a bound world, or ``lazy_splits``: torch splits unbound groups, 2.15 on);
+    ``any_source``: the target receives from any source."""
+    rng = random.Random(stable_seed(seed, "group program", number, world_size, bound, splits, any_source,
+                                    lazy_splits))
     steps: list[GroupStep] = []
     entries = [e for e in ENTRIES if any_source or e != "recv(src=None)"]
     for index in range(STEPS):
@@ -118,31 +128,39 @@ def draw(seed: int, number: int, world_size: int, bound: bool, splits: bool, any
         # group made after one could take a live group's name ('already registered', v2.13.0
         # distributed_c10d.py:5464-5468), so no group is made after a destroy
         destroyed = any(s.kind == "destroy" for s in steps)
-        kinds = [k for k in KINDS if (k != "split" or (bound and splits))
+        kinds = [k for k in KINDS if (k != "split" or (splits and (bound or lazy_splits)))
                  and (k not in ("new", "split") or not destroyed)
                  and (k != "destroy" or (len(live) > 1 and index >= FIRST_DESTROY))]
         kind = "new" if index == 0 else rng.choices(kinds, [WEIGHTS[k] for k in kinds])[0]
+        # the first program of a bound world splits the first partition at once and destroys it while the split
+        # lives: the boundary of the 'destroyed' dimension, which drawn programs hit only sometimes
+        boundary = number == 0 and "split" in kinds and index in (1, FIRST_DESTROY)
+        kind = ("split" if index == 1 else "destroy") if boundary else kind
         options = rng.choice((None, 1, 2, 3))
         if kind == "new":
             steps.append(GroupStep(index, kind, parts=(_partition(rng, list(range(world_size))),), options=options))
         elif kind == "split":
-            layer = rng.choice(live)
+            layer = 1 if boundary else rng.choice(live)
             cuts = tuple(_partition(rng, list(range(len(g)))) for g in layers[layer])
             steps.append(GroupStep(index, kind, layer=layer, parts=cuts, options=options))
         elif kind == "use":
             steps.append(GroupStep(index, kind, layer=rng.choice(live), entry=rng.choice(entries),
                                    talk=(rng.randrange(8), 1 + rng.randrange(7))))
-        else:
-            steps.append(GroupStep(index, kind, layer=rng.choice([k for k in live if k != WORLD_LAYER])))
+        else:  # a layer that live splits were made from, where there is one
+            doomed = [k for k in live if k != WORLD_LAYER]
+            parents = [k for k in doomed if _has_live_splits(steps, k)]
+            steps.append(GroupStep(index, kind, layer=rng.choice(parents if parents
+                                                                 else doomed)))
     return GroupProgram(bound=bound, world_options=rng.choice((0, None)), steps=tuple(steps))
 
 
-def programs(seed: int, budget: int, world_size: int, bound: bool, splits: bool,
-             any_source: bool) -> list[GroupProgram]:
+def programs(seed: int, budget: int, world_size: int, bound: bool, splits: bool, any_source: bool,
+             lazy_splits: bool = False) -> list[GroupProgram]:
     """The run's programs: PROGRAMS, one more per unit of budget above 2; the worlds alternate bound (where
     ``bound``) and lazy, starting bound."""
     count = PROGRAMS + max(0, budget - 2)
-    return [draw(seed, number, world_size, bound and number % 2 == 0, splits, any_source) for number in range(count)]
+    return [draw(seed, number, world_size, bound and number % 2 == 0, splits, any_source, lazy_splits)
+            for number in range(count)]
 
 
 def expected_sets(program: GroupProgram, inherits: Callable[[GroupStep], bool | None]) -> list[list[int]]:
@@ -168,7 +186,8 @@ def expected_sets(program: GroupProgram, inherits: Callable[[GroupStep], bool | 
 def dimensions(world_size: int = 3) -> dict[str, tuple[str, ...]]:
     """The programs' dimensions and their values (``conformance coverage``)."""
     return {"world": ("bound", "lazy"), "step": KINDS, "options": ("a set given", "none given"),
-            "use": ENTRIES, "layer used": ("the world", "a new_group partition", "a split")}
+            "use": ENTRIES, "layer used": ("the world", "a new_group partition", "a split"),
+            "destroyed": ("a layer with live splits of it", "a layer without")}
 
 
 def coverage(drawn: list[GroupProgram]) -> dict[str, set[str]]:
@@ -185,5 +204,9 @@ def coverage(drawn: list[GroupProgram]) -> dict[str, set[str]]:
             elif step.kind == "use":
                 hit["use"].add(step.entry)
                 hit["layer used"].add(made[step.layer])
+            elif step.kind == "destroy":
+                before = list(program.steps[:step.index])
+                hit["destroyed"].add("a layer with live splits of it" if _has_live_splits(before, step.layer)
+                                     else "a layer without")
     return hit
 

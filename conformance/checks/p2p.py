@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from conformance.checks import collective_cases as cc
 from conformance.checks import p2p_cases
 from conformance.checks import reference as ref
+from conformance.checks.cases import stable_seed
 from conformance.checks.common import (
     Findings,
     Needle,
@@ -515,6 +517,7 @@ def _generated(ctx: CheckContext) -> None:
     """The generated P2P cases (sizes from empty to MiBs, every dtype and value kind, layouts, tags, sources), on
     the world and on the group of the ranks above 0 (group rank j is global rank j + 1)."""
     _many_ahead(ctx)
+    _many_tags(ctx)
     found = Findings(ctx)
     world = list(range(ctx.world_size))
     run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c), world, "world")
@@ -587,6 +590,40 @@ def _many_ahead(ctx: CheckContext) -> None:
                 ctx.expect_equal(f"message #{k + 1} of burst {burst + 1} ({AHEAD} messages) from rank {peer}, "
                                  "sent before any of its receives", [1000 * k + peer + burst + i for i in range(3)],
                                  got.tolist())
+    dist.barrier()
+
+
+# tags a backend's message keys could confuse: 1 and 11 with two-digit message numbers (joined without a
+# separator), 1 and 257, 0 and 256 (packed into 8 bits), 2**16 + 1 and 1 (16 bits), the largest, and 12 numbers each
+MANY_TAGS = (0, 1, 11, 256, 257, 65537, 2**31 - 1)
+PER_TAG = 12
+
+
+def _many_tags(ctx: CheckContext) -> None:
+    """On a fresh group, even rank 2k isends rank 2k+1 PER_TAG messages on each of MANY_TAGS, interleaved (a
+    round over the tags in a drawn order, PER_TAG rounds), before its peer receives any; the peer receives them
+    tag by tag, the tags in reverse: each message exact, in send order within its tag (where tags are declared)."""
+    if "p2p_tags" not in ctx.target.capabilities:
+        return
+    peer = ctx.rank ^ 1
+    group = ctx.new_group(list(range(ctx.world_size)))
+    if peer < ctx.world_size and ctx.rank % 2 == 0:
+        rng = random.Random(stable_seed(ctx.generation.seed, "p2p many tags"))
+        works = []
+        for k in range(PER_TAG):
+            for tag in rng.sample(MANY_TAGS, len(MANY_TAGS)):
+                payload = torch.tensor([MANY_TAGS.index(tag), k, ctx.rank], dtype=torch.int64, device=ctx.device)
+                works.append(dist.isend(payload, peer, group=group, tag=tag))
+        for work in works:
+            work.wait()
+    elif peer < ctx.world_size:
+        time.sleep(0.2)  # the sender posts its sends meanwhile
+        for tag in reversed(MANY_TAGS):
+            for k in range(PER_TAG):
+                got = torch.zeros(3, dtype=torch.int64, device=ctx.device)
+                dist.recv(got, peer, group=group, tag=tag)
+                ctx.expect_equal(f"message #{k + 1} with tag {tag} from rank {peer} ({PER_TAG} on each of tags "
+                                 f"{list(MANY_TAGS)}, interleaved)", [MANY_TAGS.index(tag), k, peer], got.tolist())
     dist.barrier()
 
 

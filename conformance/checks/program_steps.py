@@ -254,8 +254,11 @@ def issue(ctx: CheckContext, step: Step, group: Any, members: list[int], what: s
     AGAIN (sync or async as drawn)."""
     reduces = step.op if step.reduces else None
     scalar = not piece_shape(step, step.numel)
+    # an op that moves data without reducing it is one op for every dtype (collective_cases.run): a backend runs it
+    # on every dtype or declines it on all
+    moved = "" if step.reduces or step.kind == "barrier" else "any dtype"
     support = f"program: {step.kind} {step.inner if step.kind == 'coalesced' else ''} {reduces or ''} " \
-              f"{dtype_name(step.dtype)}{' 0-d' if scalar else ''}"
+              f"{moved or dtype_name(step.dtype)}{' 0-d' if scalar else ''}"
     # a 0-d piece may be refused naming its size or shape, as gloo does in all_gather_into_tensor ('invalid tensor
     # size at index 0 (expected (), got (1))', torch 2.13.0 and 2.15.0: it takes the concatenated output only,
     # where torch documents the stacked one too), alike on every 0-d step of the kind
