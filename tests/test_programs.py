@@ -116,3 +116,25 @@ def test_shapes_join_pieces_along_dim_0() -> None:
                   tag=0, is_async=False, shape="0-d")
     assert pg.piece_shape(scalar, 1) == () and pg.joined_shape(scalar, 3, 1) == (3,)
     assert pg.piece_shape(scalar, 2) == (2,)  # 0-d only where the piece is one element
+
+
+class _Polled:
+    """A Work whose is_completed() turns True after ``after`` calls (never, when None)."""
+
+    def __init__(self, after: int | None) -> None:
+        self.after, self.calls = after, 0
+
+    def is_completed(self) -> bool:
+        self.calls += 1
+        return self.after is not None and self.calls > self.after
+
+
+def test_a_polled_step_waits_for_is_completed_and_fails_naming_it_when_it_never_comes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx: Any = SimpleNamespace(rank=1)
+    late = _Polled(after=3)
+    program_steps._poll(ctx, [late], "step #2", python_group=False)
+    assert late.calls == 4
+    monkeypatch.setattr(program_steps, "POLL_S", 0.05)
+    with pytest.raises(program_steps.CheckFailed, match=r"rank 1: step #2: is_completed\(\) still False"):
+        program_steps._poll(ctx, [_Polled(after=None)], "step #2", python_group=False)

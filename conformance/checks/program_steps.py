@@ -10,6 +10,7 @@ buckets and FSDP's flat parameters are), judged both times.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,6 +22,7 @@ from conformance.checks.common import finish_work, optional_case, post
 from conformance.checks.programs import (
     AGAIN,
     GUARD,
+    POLL_S,
     Step,
     joined_shape,
     piece_shape,
@@ -31,6 +33,7 @@ from conformance.checks.programs import (
 )
 from conformance.checks.reference import dtype_name
 from conformance.checks.registry import CheckContext
+from conformance.outcomes import CheckFailed
 
 SCALAR_WORDS = ("size", "shape")  # what a refusal of a 0-d piece may name instead
 FUTURE_WORDS = ("not implemented", "getFuture", "does not support", "not supported")  # a Work without a future
@@ -72,13 +75,15 @@ class Watched:
 @dataclass
 class Issued:
     """An op issued by this rank: its step, its Works (none once settled), the tensors to check, a barrier's
-    arrival keys (set by each member just before entering it) and problems already seen (a first run)."""
+    arrival keys (set by each member just before entering it), problems already seen (a first run), and whether
+    its group is a Python ProcessGroup (``_poll``)."""
 
     step: Step
     works: list[Any]
     watched: list[Watched]
     arrivals: list[str] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
+    python_group: bool = False
 
     def problems(self, ctx: CheckContext) -> list[str]:
         """What is wrong with its tensors now (and, for a barrier, who had not entered it)."""
@@ -282,7 +287,8 @@ def issue(ctx: CheckContext, step: Step, group: Any, members: list[int], what: s
         for work in works:  # batch_isend_irecv's and isend/irecv's works: a sync step waits them at once
             finish_work(ctx, what, work)
         works = []
-    return Issued(step, works, prepared.watched, prepared.arrivals, seen)
+    python_group = not type(group).__module__.startswith("torch")
+    return Issued(step, works, prepared.watched, prepared.arrivals, seen, python_group)
 
 
 def complete(ctx: CheckContext, issued: Issued, what: str) -> list[str]:
@@ -290,6 +296,9 @@ def complete(ctx: CheckContext, issued: Issued, what: str) -> list[str]:
     chained on its futures saw when it ran ('then'). A kind whose Works have no future (gloo's reduce_scatter)
     is completed by wait() instead, noted once as the optional-op rule notes a refusal."""
     style, works = issued.step.finish, issued.works
+    if style == "poll":
+        _poll(ctx, works, what, issued.python_group)
+        return []
     futures: list[Any] = []
     if style != "wait" and works:
         try:
@@ -313,6 +322,24 @@ def complete(ctx: CheckContext, issued: Issued, what: str) -> list[str]:
         chained = torch.futures.collect_all(futures).then(lambda _: issued.problems(ctx))
         return [f"read by a callback chained on the futures: {p}" for p in chained.wait()]
     return []
+
+
+def _poll(ctx: CheckContext, works: list[Any], what: str, python_group: bool) -> None:
+    """Poll every Work's is_completed() until all are, for at most POLL_S; the step is then judged without a
+    wait(): a backend that writes the outputs only in wait() fails there, and one whose is_completed() stays
+    False raises here (the program stops: a rank that cannot tell its op done would wait on every later poll)."""
+    deadline = time.monotonic() + POLL_S
+    # for an op a Python ProcessGroup implements below the group (toyccl's alltoall_base) torch hands back a base
+    # Work of its own, not the backend's (seen on 2.13: is_completed() False even after wait(), its future done):
+    # that Work's state is torch's, so its future is polled instead (C++ backends' Works are base Works too, and
+    # their own)
+    done = [work.get_future().done if python_group and type(work) is dist.Work else work.is_completed
+            for work in works]
+    while not all(ask() for ask in done):
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"rank {ctx.rank}: {what}: is_completed() still False {POLL_S:.0f} s after this rank "
+                              "issued the op (never waited: c10d's Work::isCompleted is true once the op has run)")
+        time.sleep(0.001)
 
 
 def _raise(exc: BaseException) -> None:

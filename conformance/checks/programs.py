@@ -41,8 +41,11 @@ NUMEL_WEIGHTS = (5, 4, 4, 4, 3, 3, 2, 1)
 # them along dim 0 (a 0-d piece: one element each)
 SHAPES = ("flat", "flat", "0-d", "2-D", "3-D")
 # how this rank completes an async step: Work.wait(), the Work's future (wait(), a callback chained on it that
-# reads the outputs, torch.futures.wait_all); a backend without futures for a kind says so (optional-op rule)
-FINISHES = ("wait", "wait", "future", "then", "wait_all")
+# reads the outputs, torch.futures.wait_all), or polling Work.is_completed() without ever waiting (c10d's
+# isCompleted: true once the op has run, its outputs written); a backend without futures for a kind says so
+# (optional-op rule)
+FINISHES = ("wait", "wait", "future", "then", "wait_all", "poll")
+POLL_S = 10.0  # how long a polled step may take to report is_completed()
 # int32 and int64 values sit this far from 0 (by the sender's rank mod 3), past float32's and float64's exact
 # integers: an accumulation through a float type shows; sums of 8 ranks still fit
 OFFSETS = {torch.int32: 2**27, torch.int64: 2**53}
