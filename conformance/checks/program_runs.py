@@ -66,9 +66,16 @@ def run_program(ctx: CheckContext, steps: list[Step], groups: list[list[int]], h
                 settle(issued, "when the call returned")
             elif issued is not None:
                 pending.append(issued)
-        while pending and rng.random() < WAIT_SHARE:
-            settle(pending.pop(rng.randrange(len(pending))), f"once complete (step #{step.index} issued last)")
+        waiting = [p for p in pending if p.step.finish != "poll"]  # polled ones wait for the program's end
+        while waiting and rng.random() < WAIT_SHARE:
+            issued = waiting.pop(rng.randrange(len(waiting)))
+            pending.remove(issued)
+            settle(issued, f"once complete (step #{step.index} issued last)")
     rng.shuffle(pending)
+    if any(s.is_async and s.finish == "poll" for s in steps):  # alike on every rank
+        # every member has issued every step before anyone polls: a polled op then needs no rank's help to
+        # complete (through the check's store, not the backend)
+        agree(ctx, list(range(ctx.world_size)), "program/issued", str(run))
     for issued in pending:
         settle(issued, "once complete at the program's end")
     if not failures:

@@ -42,10 +42,10 @@ NUMEL_WEIGHTS = (5, 4, 4, 4, 3, 3, 2, 1)
 SHAPES = ("flat", "flat", "0-d", "2-D", "3-D")
 # how this rank completes an async step: Work.wait(), the Work's future (wait(), a callback chained on it that
 # reads the outputs, torch.futures.wait_all), or polling Work.is_completed() without ever waiting (c10d's
-# isCompleted: true once the op has run, its outputs written); a backend without futures for a kind says so
-# (optional-op rule)
+# isCompleted: true once the op has run, its outputs written; at the program's end, once every member has issued
+# every step); a backend without futures for a kind says so (optional-op rule)
 FINISHES = ("wait", "wait", "future", "then", "wait_all", "poll")
-POLL_S = 10.0  # how long a polled step may take to report is_completed()
+POLL_S = 5.0  # how long a polled step may take to report is_completed() once every member issued it
 # int32 and int64 values sit this far from 0 (by the sender's rank mod 3), past float32's and float64's exact
 # integers: an accumulation through a float type shows; sums of 8 ranks still fit
 OFFSETS = {torch.int32: 2**27, torch.int64: 2**53}
@@ -146,9 +146,12 @@ def all_programs(seed: int, budget: int, groups: list[list[int]], tags: bool,
 
 def _draw(seed: int, count: int, groups: list[list[int]], tags: bool, offered: tuple[str, ...]) -> list[list[Step]]:
     """The first ``count`` programs. Kinds come from a deck per program (each once before any twice), reduce ops
-    from one deck for the whole run (each once before any twice: SUM twice), blocks' ops in turn, and a reducing
+    from one deck for the whole run (each once before any twice: SUM twice), each size once in the run's first
+    steps that are not 0-d (then by NUMEL_WEIGHTS), blocks' ops in turn, and a reducing
     step's dtype and group fit its op (AVG: a floating dtype, a group of 1, 2, 4 or 8; bitwise: an integer dtype)."""
     ops_rng, ops = random.Random(stable_seed(seed, "reduce ops")), []
+    sizes = list(NUMELS)
+    ops_rng.shuffle(sizes)
     blocks = ops_rng.randrange(len(BLOCK_KINDS))
     pairs = [i for i, g in enumerate(groups) if len(g) > 1]
     powers = [i for i, g in enumerate(groups) if len(g) in (1, 2, 4, 8)]
@@ -174,6 +177,8 @@ def _draw(seed: int, count: int, groups: list[list[int]], tags: bool, offered: t
                                and (not d.is_floating_point or op not in BITWISE))
                 group_from = powers if op == "AVG" else group_from
             shape, numel = rng.choice(SHAPES), rng.choices(NUMELS, NUMEL_WEIGHTS)[0]
+            if shape != "0-d" and sizes:  # every size once in the run, then by weight
+                numel = sizes.pop()
             steps.append(Step(index=index, kind=kind, group=rng.choice(pairs if kind in P2P else group_from),
                               dtype=rng.choice(dtypes), numel=1 if shape == "0-d" else numel, op=op,
                               root=rng.randrange(8), tag=rng.choice(TAGS) if tags else 0,

@@ -70,6 +70,7 @@ class CheckContext:
     # optional_case's kinds: the first call of each and its refusal (None: it ran); a generated case's kind
     # refused once is not retried (checks.common.refused_before)
     support: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    poll_failed: bool = False  # a polled Work never reported is_completed() (program_steps._poll): later ones wait
     _worlds: int = 0
 
     @property
