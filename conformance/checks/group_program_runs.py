@@ -40,7 +40,7 @@ from conformance.checks.group_programs import (
     programs,
 )
 from conformance.checks.hints import expect_untouched
-from conformance.checks.option_trees import OPTION_SETS
+from conformance.checks.option_trees import OPTION_SETS, set_mismatch
 from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed, NotObservable
@@ -109,11 +109,9 @@ class _Run:
             self._fail(step, f"{what}: expected a config holding {self._name(index)}, observed {config!r}")
             return
         want = self._want(index)
-        wrong = {k: config.get(k) for k, v in want.items() if config.get(k) != v}
-        if wrong:
-            like = [f"set {i}" for i, s in enumerate(OPTION_SETS) if all(config.get(k) == v for k, v in s.items())]
-            self._fail(step, f"{what}: expected {self._name(index)} {dict(want)}, observed {wrong}"
-                       + (f" (the fields of {like[0]})" if like else ""))
+        seen = set_mismatch(config, want)
+        if seen is not None:
+            self._fail(step, f"{what}: expected {self._name(index)} {dict(want)}, observed {seen}")
 
     def _judge_group_config(self, step: GroupStep | str, layer: int) -> None:
         mine = self.layers[layer]
@@ -128,9 +126,6 @@ class _Run:
         rank given a default options object, which must make one communicator by its first collective."""
         ctx = self.ctx
         given = self.program.world_options
-        if control_missing(ctx.probe, "comm_created") is not None and self.number > 0:
-            raise NotObservable(f"target {ctx.target.name}'s probe recorded no communicator in this run: it cannot "
-                                "show which communicators a step makes")
         since = ctx.probe.mark()
         ctx.init_world("eager" if self.program.bound else "lazy",
                        pg_options=None if given is None else options_part(ctx).make(**OPTION_SETS[given]))

@@ -61,16 +61,24 @@ def check_option_trees(ctx: CheckContext) -> None:
     findings.conclude()
 
 
+def set_mismatch(config: dict[str, Any], want: dict[str, Any]) -> str | None:
+    """None when ``config`` holds every field of ``want``; else the fields that differ, and which of OPTION_SETS the
+    config holds instead, where it holds one whole."""
+    wrong = {k: config.get(k) for k, v in want.items() if config.get(k) != v}
+    if not wrong:
+        return None
+    like = [i for i, s in enumerate(OPTION_SETS) if all(config.get(k) == v for k, v in s.items())]
+    return f"{wrong} (the fields of set {like[0]})" if like else str(wrong)
+
+
 def _expect_set(ctx: CheckContext, child: Any, want: int, where: str) -> None:
     """The child's effective config holds every field of OPTION_SETS[want]; names the set it holds instead."""
     config = config_part(ctx).effective(child, ctx.probe)
     if config is None:
         ctx.expect(False, f"{where}: the child's effective config", "a config", None)
         return
-    wrong = {k: config.get(k) for k, v in OPTION_SETS[want].items() if config.get(k) != v}
-    if wrong:
-        like = [i for i, s in enumerate(OPTION_SETS) if all(config.get(k) == v for k, v in s.items())]
-        seen = f"{wrong} (the fields of set {like[0]})" if like else str(wrong)
+    seen = set_mismatch(config, OPTION_SETS[want])
+    if seen is not None:
         ctx.expect(False, f"{where}: the child's effective options", f"set {want}: {OPTION_SETS[want]}", seen)
 
 
