@@ -193,7 +193,7 @@ class _Run:
         made = options_part(self.ctx).make(**OPTION_SETS[step.options])
         return {"pg_options": made}, made, options_part(self.ctx).read(made)
 
-    def _made(self, step: GroupStep, since: int, layer: int, parent: set[str] | None,
+    def _made(self, step: GroupStep | str, since: int, layer: int, parent: set[str] | None,
               skip: set[str] | None = None) -> None:
         """Judge the communicators a new group of ``layer`` made on this rank during ``step`` (but those in ``skip``,
         judged already): exactly one (none on a lazy world), of this rank's group, child of ``parent`` where
@@ -218,7 +218,7 @@ class _Run:
         mine.comms |= {e["comm"] for e in own}
         self._judge_group_config(step, layer)
 
-    def _judge_event(self, step: GroupStep, event: dict[str, Any], mine: _Mine, layer: int,
+    def _judge_event(self, step: GroupStep | str, event: dict[str, Any], mine: _Mine, layer: int,
                      members: list[int] | None = None) -> None:
         """A communicator made for ``layer``'s group of this rank: its members (``members`` for a pair's) and
         config."""
@@ -418,12 +418,16 @@ class _Run:
                        f"{sorted(gone & kept)}")
 
     def finish(self) -> None:
-        """An all_reduce on every live layer, then the world destroyed."""
-        end = len(self.program.steps)
+        """An all_reduce on every live layer, then the world destroyed; a lazy group's first collective is judged
+        as a use step's is (the communicator it makes, its options)."""
+        end, when = len(self.program.steps), "at the program's end"
         for layer, mine in enumerate(self.layers):
             if mine is not None:
-                self._all_reduce(end, mine.handle, mine.members,
-                                 f"its group {mine.members} (layer {layer}) at the program's end")
+                since = self.ctx.probe.mark()
+                self._all_reduce(end, mine.handle, mine.members, f"its group {mine.members} (layer {layer}) {when}")
+                if not mine.has_comm:
+                    mine.has_comm = True
+                    self._made(when, since, layer, None)
         dist.destroy_process_group()
 
 
