@@ -163,3 +163,29 @@ def test_pytest_options_export_the_generation_and_refuse_bad_values(monkeypatch:
     assert Generation.from_env() == Generation()
     with pytest.raises(pytest.UsageError, match="seed"):
         _validate_options(_Config(**{"--conformance-seed": "seven"}))  # type: ignore[arg-type]
+
+
+def test_coalesced_views_of_one_buffer_keep_their_values_and_see_a_write_between_them() -> None:
+    from conformance.checks.coalescing_cases import GAP, SharedBuffers
+
+    tensors = [torch.arange(4, dtype=torch.float32), torch.tensor([7, 8], dtype=torch.int64),
+               torch.arange(3, dtype=torch.float32) + 10]
+    shared = SharedBuffers(tensors, rank=1)
+    assert [v.tolist() for v in shared.views] == [t.tolist() for t in tensors]
+    floats = shared.buffers[torch.float32]
+    assert shared.views[0].data_ptr() == floats[GAP:].data_ptr() and floats.numel() == 4 + 3 + 3 * GAP
+    shared.views[2].add_(1)  # an op writing its own tensor is no damage
+    assert shared.damage() is None
+    floats[GAP + 4] += 1  # the element right after the first view
+    assert "1 float32 element(s) between the views" in (shared.damage() or "")
+
+
+def test_misspelt_hint_keys_are_unknown_to_torchcomms_and_to_the_simulator() -> None:
+    from conformance.checks.hints import near_miss_hints
+    from conformance.torchcomms_hints import HINT_KEYS
+    from simulator.config import KNOWN_HINTS
+
+    slips = near_miss_hints()
+    known = {key for keys in HINT_KEYS.values() for key in keys}
+    assert {"maxctas", "MaxCTAs", "NETNAME", "net_name", "CGA_CLUSTER_SIZE"} <= set(slips)
+    assert not set(slips) & (known | set(KNOWN_HINTS))

@@ -21,6 +21,8 @@ MIXES: dict[str, tuple[torch.dtype, ...]] = {
     "bfloat16": (torch.bfloat16,), "uint8": (torch.uint8,), "float32+int64+float64":
         (torch.float32, torch.int64, torch.float64)}
 BLOCK_BYTES = 256 * 1024  # a block's total size at most (time budget)
+GAP = 3  # elements between two views of one buffer (placement "one buffer"), and before the first and after the last
+PLACEMENTS = ("own tensors", "views of one buffer")
 
 
 def _valid(d: dict[str, Any]) -> bool:
@@ -36,10 +38,50 @@ def _valid(d: dict[str, Any]) -> bool:
 PLAN = Plan("coalesced block", {
     "kind": ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"),
     "op": ("SUM", "AVG", "PRODUCT", "MIN", "MAX"), "count": (1, 2, 9, 65, 257),
-    "dtype mix": tuple(MIXES), "size": gc.sizes(big=False), "values": gc.VALUE_KINDS},
+    "dtype mix": tuple(MIXES), "size": gc.sizes(big=False), "values": gc.VALUE_KINDS, "placement": PLACEMENTS},
     valid=_valid, samplers={"size": gc.sample_size},
     core={"op": ("SUM", "MAX"), "dtype mix": ("float32", "int64"), "count": (1, 2, 9)},
-    pairwise=(("kind", "count"), ("kind", "dtype mix")))  # each kind has its own coalesced path
+    # each kind has its own coalesced path
+    pairwise=(("kind", "count"), ("kind", "dtype mix"), ("kind", "placement")))
+
+
+class SharedBuffers:
+    """The tensors of a block as views of one buffer per dtype (as a flat-parameter or bucketed buffer holds them),
+    ``GAP`` elements apart; the gaps hold values of this rank's own, which no op of the block may change."""
+
+    def __init__(self, tensors: list[torch.Tensor], rank: int) -> None:
+        self.buffers: dict[torch.dtype, torch.Tensor] = {}
+        self.gaps: dict[torch.dtype, torch.Tensor] = {}
+        starts: list[int] = []
+        ends: dict[torch.dtype, int] = {}
+        for t in tensors:
+            start = ends.get(t.dtype, 0) + GAP
+            starts.append(start)
+            ends[t.dtype] = start + t.numel()
+        for dtype, end in ends.items():
+            total = end + GAP
+            fill = ref.tensor(ref.values(rank, total, dtype, salt=991), dtype, tensors[0].device)
+            self.buffers[dtype] = fill.clone()
+            mask = torch.ones(total, dtype=torch.bool)
+            self.gaps[dtype] = mask
+        self.views = []
+        for t, start in zip(tensors, starts, strict=True):
+            view = self.buffers[t.dtype][start:start + t.numel()].view(t.shape)
+            view.copy_(t)
+            self.gaps[t.dtype][start:start + t.numel()] = False
+            self.views.append(view)
+        self._fills = {dtype: buf[self.gaps[dtype]].clone() for dtype, buf in self.buffers.items()}
+
+    def damage(self) -> str | None:
+        """None when every gap still holds its value, else where one changed."""
+        for dtype, buf in self.buffers.items():
+            now = buf[self.gaps[dtype]]
+            changed = (now != self._fills[dtype]).nonzero().reshape(-1)
+            if changed.numel():
+                return (f"{changed.numel()} {ref.dtype_name(dtype)} element(s) between the views (of one buffer) the "
+                        f"block was given changed; first: expected {self._fills[dtype][changed[:3]].tolist()}, "
+                        f"observed {now[changed[:3]].tolist()}")
+        return None
 
 
 def block_case(ctx: CheckContext, case: Case) -> None:
@@ -78,6 +120,12 @@ def block_case(ctx: CheckContext, case: Case) -> None:
             wants.append(want)
         outs.append(out)
 
+    shared = None
+    if dict(case.dims).get("placement") == PLACEMENTS[1]:  # outputs (all_reduce: in place) and inputs in one buffer
+        shared = SharedBuffers(outs + [t for _, t, _ in kept], me)
+        outs, placed_inputs = shared.views[:len(outs)], shared.views[len(outs):]
+        kept = [(i, t, values) for (i, _, values), t in zip(kept, placed_inputs, strict=True)]
+        calls = _rebind(kind, calls, outs, [t for _, t, _ in kept], op)
     given = [data.Placed(o, o, "flat") for o in outs]  # where each output lies, to see one pointed elsewhere
 
     def block() -> None:
@@ -91,6 +139,10 @@ def block_case(ctx: CheckContext, case: Case) -> None:
     if not cc.run(ctx, case.with_(dtype=dtypes[0]), what, op, block, required=required,
                   extra_names=("dtype", "type") if len(dtypes) > 1 else ()):
         return
+    damage = shared.damage() if shared is not None else None
+    if damage:
+        raise CheckFailed(f"rank {me}: {what} on views of one buffer: {damage} (a backend reads and writes only the "
+                          "tensors it was given)")
     moved = [i for i, placed in enumerate(given) if placed.rebound()]
     if moved:
         raise CheckFailed(f"rank {me}: {what}: the outputs of ops {moved[:4]} no longer view the memory they were "
@@ -104,3 +156,14 @@ def block_case(ctx: CheckContext, case: Case) -> None:
         i, b = changed[0]
         raise CheckFailed(f"rank {me}: {what}: the inputs of {len(changed)} out-of-place op(s) changed (an "
                           f"all_gather or reduce_scatter only reads its input); op {i}: {b}")
+
+
+def _rebind(kind: str, calls: list[Any], outs: list[torch.Tensor], inputs: list[torch.Tensor],
+            op: str | None) -> list[Any]:
+    """The block's calls on the shared views (``outs``; ``inputs``: the out-of-place ops' inputs, in op order)."""
+    if kind == "all_reduce":
+        return [lambda o=o, p=ref.REDUCE_OPS[op]: dist.all_reduce(o, op=p) for o in outs]
+    if kind == "all_gather_into_tensor":
+        return [lambda o=o, t=t: dist.all_gather_into_tensor(o, t) for o, t in zip(outs, inputs, strict=True)]
+    return [lambda o=o, t=t, p=ref.REDUCE_OPS[op]: dist.reduce_scatter_tensor(o, t, op=p)
+            for o, t in zip(outs, inputs, strict=True)]

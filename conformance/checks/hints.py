@@ -337,6 +337,50 @@ def unknown_warn(ctx: CheckContext) -> None:
         configs.append((which, hints))
     for which, hints in configs[1:]:
         ctx.expect_equal(f"{which}: its hints (the first group's, same options object)", configs[0][1], hints)
+    _near_misses(ctx, ranks)
+
+
+# a value each known hint would accept: a backend that takes a misspelt key for the known one applies it
+_NEAR_MISS_VALUES = {"is_high_priority_stream": "true", "cga_cluster_size": "2", "max_ctas": "5", "min_ctas": "3",
+                     "net_name": "Socket"}
+_FIELDS = tuple(_NEAR_MISS_VALUES)
+
+
+def near_miss_hints() -> dict[str, str]:
+    """Keys one slip away from a hint torchcomms reads (another case, or snake_case where it reads only camelCase:
+    net_name), each with a value the hint it misspells would accept. torchcomms compares hint keys exactly and
+    warns on any other ('is not supported in this NCCL version, ignoring', comms/torchcomms/nccl/
+    TorchCommNCCLBootstrap.cpp populateNcclConfigFromHints), so each is an unknown key."""
+    known = {key for keys in HINT_KEYS.values() for key in keys}
+    out: dict[str, str] = {}
+    for field_name, keys in HINT_KEYS.items():
+        spellings = {*keys, field_name}
+        for key in sorted(spellings):
+            for slip in (key.lower(), key.upper(), key[:1].upper() + key[1:]):
+                if slip not in known:
+                    out.setdefault(slip, _NEAR_MISS_VALUES[field_name])
+    return out
+
+
+def _near_misses(ctx: CheckContext, ranks: list[int]) -> None:
+    """A new_group given only misspelt hint keys (``near_miss_hints``) warns naming each and gets the config of a
+    group given no hints: a backend that matches hint names loosely applies them (unvalidated, unwarned)."""
+    slips = near_miss_hints()
+    plain = dist.new_group(ranks, pg_options=options_part(ctx).make())
+    control = _config(ctx, plain, "a new_group given no hints (the control)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=dict(slips)))
+        expect_allreduce_members(ctx, group, ranks, "a new_group given misspelt hint keys")
+    messages = [str(w.message) for w in caught]
+    unnamed = [key for key in slips if not any(repr(key) in m or f" {key} " in f" {m} " for m in messages)]
+    ctx.expect(not unnamed, f"misspelt hint keys ({len(slips)}, each one slip from a key torchcomms reads) named "
+               "by a warning", "every one", f"not named: {unnamed}; warnings: {messages[:4]}")
+    config = _config(ctx, group, "a new_group given misspelt hint keys")
+    ctx.expect_equal("a new_group given misspelt hint keys: hints in its effective config", {}, config.get("hints", {}))
+    changed = {k: config.get(k) for k in _FIELDS if config.get(k) != control.get(k)}
+    ctx.expect(not changed, "a new_group given misspelt hint keys: its config's option fields (as a group given no "
+               f"hints: {({k: control.get(k) for k in _FIELDS})})", "unchanged", changed)
 
 
 @check("HINT-DEVICE-SCOPE")

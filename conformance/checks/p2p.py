@@ -36,7 +36,7 @@ from conformance.checks.common import (
     sweep_groups,
     world_comm,
 )
-from conformance.checks.generated import run_plan
+from conformance.checks.generated import agree, run_plan
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable, Skipped
 from conformance.probe import observing
@@ -312,6 +312,7 @@ def lazy_warn_once(ctx: CheckContext) -> None:
     for what, n in counts:
         ctx.expect_equal(f"{what}: lazy-P2P warnings {rounds}", 1, n)
     _warning_by_entry_point(ctx, words)
+    _refused_before_first(ctx, words)
 
 
 def _warning_by_entry_point(ctx: CheckContext, words: tuple[str, ...] | None) -> None:
@@ -764,6 +765,65 @@ def bad_input(ctx: CheckContext) -> None:
     expect_raises(ctx, "P2POp built with all_reduce", lambda: dist.P2POp(dist.all_reduce, t, (r + 1) % n),
                   contains=(("isend", "irecv", "op"),))
     dist.barrier()
+
+
+def _refused_before_first(ctx: CheckContext, words: tuple[str, ...] | None) -> None:
+    """A new lazy group whose first P2P calls are refused: rank 0 sends to, and rank 1 receives from, peers outside
+    the group (by group rank, which torch passes on unchecked). A refused call makes no communicator and spends no
+    warning, so the pair's first real message (rank 0 to rank 1) still warns once on each of its two ranks, and the
+    only communicators made are 2-rank ones of group members. A refusal that takes the group's whole timeout (a
+    backend that waits for the peer, P2P-PEER-OUTSIDE's subject) may leave the communicator broken: then this part
+    is not judged."""
+    n = ctx.world_size
+    group = ctx.new_group(list(range(n)), timeout_s=REFUSAL_WAIT_S)
+    since = ctx.probe.mark()
+    problems: list[str] = []
+    waited = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if ctx.rank in (0, 1):
+            op = "send" if ctx.rank == 0 else "recv"
+            for peer in (n, -1):
+                started = time.monotonic()
+                try:
+                    _p2p_call(op, torch.ones(2, device=ctx.device), peer, group, by_group_rank=True)
+                except Exception:  # noqa: BLE001 - the refusal (P2P-PEER-OUTSIDE judges its words)
+                    waited |= time.monotonic() - started >= 0.9 * REFUSAL_WAIT_S
+                else:
+                    problems.append(f"rank {ctx.rank}: {op} naming group peer {peer} (outside a group of {n}) "
+                                    "returned instead of being refused")
+        said = agree(ctx, list(range(n)), "refused-before-first", "waited" if waited else "refused")
+        verdict = "waited" if "waited" in said else "refused"
+        if verdict != "waited" and not problems:
+            try:
+                if ctx.rank == 0:
+                    dist.send(torch.full((2,), 7.0, device=ctx.device), group_dst=1, group=group)
+                elif ctx.rank == 1:
+                    got = torch.zeros(2, device=ctx.device)
+                    dist.recv(got, group_src=0, group=group)
+                    if got.tolist() != [7.0, 7.0]:
+                        problems.append(f"rank 1: the message after the refused calls: expected [7.0, 7.0], "
+                                        f"observed {got.tolist()}")
+            except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
+                problems.append(f"rank {ctx.rank}: the group's first real message (rank 0 to rank 1) after refused "
+                                f"calls raised {type(exc).__name__}: {exc}")
+    dist.barrier()
+    if verdict == "waited":
+        ctx.note("refused P2P then a first real message not judged: a refusal waited out the group's timeout")
+        return
+    seen = [str(w.message) for w in caught if is_lazy_p2p_warning(str(w.message), words)]
+    what = (f"rank {ctx.rank}: a new lazy group whose first P2P calls name peers outside it (refused), then rank 0 "
+            "sends rank 1 one message")
+    if ctx.rank in (0, 1) and len(seen) != 1:
+        problems.append(f"{what}: lazy-P2P warnings: expected 1 (the refused calls make no communicator), "
+                        f"observed {len(seen)}")
+    odd = [e.get("members") for e in new_comms(ctx, since)
+           if len(set(e.get("members") or ())) != len(e.get("members") or ()) or
+           not set(e.get("members") or ()) <= set(range(n))]
+    if odd:
+        problems.append(f"{what}: communicators made for members outside the group or with a rank twice: {odd}")
+    if problems:
+        raise CheckFailed("; ".join(problems))
 
 
 REFUSAL_WAIT_S = 2.0  # the group's timeout here: a refusal is immediate, a backend that waits times out this soon
