@@ -258,7 +258,7 @@ def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, c
             expect(ctx, f"{what} in group-rank order {members}", out, want)
             expect_kept(ctx, what, placed_in, ins[ctx.rank])
         return
-    outs = [data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape) for _ in members]
+    outs = data.empty_slots(n, shard, dtype, out_layout, ctx.device, shape)
     what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} outputs"
     if run(ctx, case, what, None, lambda: dist.all_gather([o.view for o in outs], placed_in.view, group=group)):
         for j, m in enumerate(members):
@@ -388,7 +388,7 @@ def in_place_case(ctx: CheckContext, group: Any, members: list[int], label: str,
             want = data.Expected(torch.cat([ins[m] for m in members]))
             expect(ctx, f"{what} in group-rank order {members}", out, want)
         return
-    outs = [data.empty_like_layout(shard, dtype, layout, ctx.device, shape) for _ in members]
+    outs = data.empty_slots(n, shard, dtype, layout, ctx.device, shape)
     outs[me].view.copy_(ins[ctx.rank].reshape(outs[me].view.shape).to(ctx.device))
     what = _what(case, label, kind, shard) + f", {layout} outputs, the input its own slot {me}"
     if run(ctx, case, what, None, lambda: dist.all_gather([o.view for o in outs], outs[me].view, group=group)):

@@ -96,10 +96,11 @@ def _gather_lists(ctx: CheckContext, count: int) -> tuple[list[torch.Tensor], to
                                                                                   device=ctx.device)
 
 
-def _control_all_gather(ctx: CheckContext) -> None:
+def _control_all_gather(ctx: CheckContext, group: dist.ProcessGroup | None = None,
+                        what: str = "positive control") -> None:
     outs, inp = _gather_lists(ctx, ctx.world_size)
-    dist.all_gather(outs, inp)
-    ctx.expect_equal("all_gather with one output per rank (positive control)",
+    dist.all_gather(outs, inp, group=group)
+    ctx.expect_equal(f"all_gather with one output per rank ({what})",
                      [[float(j)] * 3 for j in range(ctx.world_size)], [o.tolist() for o in outs])
 
 
@@ -112,11 +113,12 @@ def _a2a_args(ctx: CheckContext, splits: list[int] | None) -> tuple[torch.Tensor
     return torch.full((max(rows, n),), -1.0, device=ctx.device), inp, splits
 
 
-def _control_all_to_all(ctx: CheckContext) -> None:
+def _control_all_to_all(ctx: CheckContext, group: dist.ProcessGroup | None = None,
+                        what: str = "positive control") -> None:
     out, inp, splits = _a2a_args(ctx, None)
-    dist.all_to_all_single(out, inp, splits, splits)
-    ctx.expect_equal("all_to_all_single with one row per rank (positive control)",
-                     [float(100 * j + ctx.rank) for j in range(ctx.world_size)], out.tolist())
+    dist.all_to_all_single(out[:ctx.world_size], inp, splits, splits, group=group)
+    ctx.expect_equal(f"all_to_all_single with one row per rank ({what})",
+                     [float(100 * j + ctx.rank) for j in range(ctx.world_size)], out[:ctx.world_size].tolist())
 
 
 def _bad_call(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callable[[], Any]:
@@ -161,6 +163,19 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
     if bad in ("every rank", ctx.rank):
         expect_raises(ctx, f"{case.describe()}: this rank's call", _bad_call(ctx, kind, group),
                       contains=_bad_needles(ctx, kind))
+        if bad == "every rank":
+            # a refusal changes nothing (NCCL's ArgsCheck and c10d's checks run before anything is enqueued): the
+            # same group then runs the op with valid arguments, as a backend that advanced a counter or made state
+            # for the refused call does not
+            control = _control_all_gather if op == "all_gather" else _control_all_to_all
+            after = f"{case.describe()}: the same group after every rank's call was refused"
+            try:
+                control(ctx, group, after)
+            except CheckFailed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the finding: a refused call left the group unusable
+                raise CheckFailed(f"rank {ctx.rank}: {after}: {op} with valid arguments raised "
+                                  f"{type(exc).__name__}: {exc}") from None
         return
     # A peer with valid arguments: the op must not complete for it either.
     if op == "all_gather":

@@ -243,8 +243,9 @@ class Placed:
 
     def outside(self) -> torch.Tensor:
         """The backing's elements outside the view (each must still be the canary)."""
-        index = torch.arange(self.backing.numel())
-        inside = index.as_strided(self.view.shape, self.view.stride(), self.view.storage_offset())
+        index = torch.arange(self.backing.numel())  # the backing may itself start inside its storage (``slots``)
+        inside = index.as_strided(self.view.shape, self.view.stride(),
+                                  self.view.storage_offset() - self.backing.storage_offset())
         mask = torch.ones(self.backing.numel(), dtype=torch.bool)
         mask[inside.reshape(-1)] = False
         return self.backing.detach().cpu().reshape(-1)[mask]
@@ -307,3 +308,24 @@ def empty_like_layout(count: int, dtype: torch.dtype, layout: str, device: objec
                       shape: tuple[int, ...] | None = None) -> Placed:
     """An output of ``count`` elements in ``layout``, filled with the canary (so an untouched output shows)."""
     return place(torch.full((count,), canary(dtype), dtype=dtype), layout, device, shape)
+
+
+SLOT_GAP = 3  # canary elements before, between and after the slots of one buffer
+
+
+def empty_slots(k: int, count: int, dtype: torch.dtype, layout: str, device: object,
+                shape: tuple[int, ...] | None = None) -> list[Placed]:
+    """``k`` outputs of ``count`` elements for a list-form op, filled with the canary. In the ``offset`` layout they
+    are slots of one buffer, ``SLOT_GAP`` canaries apart (as users chunk one buffer into a list): each slot's backing
+    is its stretch of the buffer with the gaps around it, so a backend that writes the span from the first slot to
+    the last, or the whole buffer, damages a gap. Other layouts: ``k`` tensors of their own."""
+    if layout != "offset":
+        return [empty_like_layout(count, dtype, layout, device, shape) for _ in range(k)]
+    step = count + SLOT_GAP
+    buffer = torch.full((SLOT_GAP + k * step,), canary(dtype), dtype=dtype, device=device)
+    slots = []
+    for j in range(k):
+        start = SLOT_GAP + j * step
+        slots.append(Placed(buffer[start:start + count], buffer[start - SLOT_GAP:start + count + SLOT_GAP],
+                            f"offset (slot {j} of {k} in one buffer)"))
+    return slots
