@@ -76,6 +76,7 @@ DEFECTS: dict[str, Defect] = {
     "int_sum_via_float32": Defect(kernel=flaws.IntSumViaFloat32),
     "reduce_scatter_wrong_shard": Defect(fabric=flaws.ReduceScatterWrongShard),
     "broadcast_root_zero": Defect(group=flaws.BroadcastRootZero),
+    "broadcast_records_autograd": Defect(group=flaws.BroadcastRecordsAutograd),
     "barrier_no_wait": Defect(group=flaws.BarrierNoWait),
     "alltoall_even_offsets": Defect(fabric=flaws.AlltoallEvenOffsets),
     "coalesced_block_cap": Defect(group=flaws.CoalescedBlockCap),

@@ -287,6 +287,19 @@ class BroadcastRootZero:
         return self._launch("broadcast", lambda f: f.broadcast(tensors, 0), outputs=tensors)
 
 
+class BroadcastRecordsAutograd:
+    """broadcast writes the root's values into the caller's tensor with autograd recording: a parameter that
+    requires grad raises"""
+
+    def broadcast(self: Group, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        root = opts.rootRank
+
+        def run(f: Any) -> Any:
+            with torch.enable_grad():
+                return f.broadcast(tensors, root)
+        return self._launch("broadcast", run, outputs=tensors)
+
+
 class BarrierNoWait:
     """barrier returns at once, without waiting for the other ranks"""
 

@@ -34,6 +34,7 @@ from conformance.checks.common import (
     sweep_groups,
 )
 from conformance.checks.generated import run_plan
+from conformance.checks.grad_tensors import check_grad_tensors
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 
@@ -386,3 +387,9 @@ def alltoall_uneven(ctx: CheckContext) -> None:
                 run_plan(ctx, found, plan, lambda c, g=group, m=members, lb=label:
                          cc.alltoall_case(ctx, g, m, lb, c), members, label)
     found.conclude()
+
+
+@check("COLL-GRAD-TENSORS")
+def grad_tensors(ctx: CheckContext) -> None:
+    """Collectives and a send on nn.Parameter leaves (requires grad): exact, no autograd error, still leaves."""
+    check_grad_tensors(ctx)

@@ -9,9 +9,17 @@ what it did through the hooks below (see conformance.targets.vendor).
 
 from typing import Any
 
+import torch
+
 from toyccl.backend import BACKEND_NAME, ToyProcessGroup, register
 from toyccl.events import LOG, CommLog
 from toyccl.options import ToyOptions
+
+# torch calls a Python group's methods with the caller's grad mode: toyccl writes results into the caller's tensors
+# below autograd, as c10d's own backends do, so that a model parameter (requires grad) can be broadcast in place
+for _name, _method in list(vars(ToyProcessGroup).items()):
+    if callable(_method) and not _name.startswith("_"):
+        setattr(ToyProcessGroup, _name, torch.no_grad()(_method))
 
 register()
 
