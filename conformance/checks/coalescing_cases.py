@@ -45,6 +45,13 @@ PLAN = Plan("coalesced block", {
     pairwise=(("kind", "count"), ("kind", "dtype mix"), ("kind", "placement")))
 
 
+def _gap_values(total: int, dtype: torch.dtype, rank: int) -> torch.Tensor:
+    """Small whole numbers of this rank's own (exact in every dtype, non-negative for unsigned ones), so that a
+    reduction over the ranks' gaps changes some rank's (MAX leaves only the last rank's)."""
+    values = torch.arange(total) % 61 + 3 * rank
+    return values % 2 == 1 if dtype == torch.bool else values.to(dtype)
+
+
 class SharedBuffers:
     """The tensors of a block as views of one buffer per dtype (as a flat-parameter or bucketed buffer holds them),
     ``GAP`` elements apart; the gaps hold values of this rank's own, which no op of the block may change."""
@@ -60,8 +67,7 @@ class SharedBuffers:
             ends[t.dtype] = start + t.numel()
         for dtype, end in ends.items():
             total = end + GAP
-            fill = ref.tensor(ref.values(rank, total, dtype, salt=991), dtype, tensors[0].device)
-            self.buffers[dtype] = fill.clone()
+            self.buffers[dtype] = _gap_values(total, dtype, rank).to(tensors[0].device)
             mask = torch.ones(total, dtype=torch.bool)
             self.gaps[dtype] = mask
         self.views = []
