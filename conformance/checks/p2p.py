@@ -792,9 +792,10 @@ def _refused_before_first(ctx: CheckContext, words: tuple[str, ...] | None) -> N
                 else:
                     problems.append(f"rank {ctx.rank}: {op} naming group peer {peer} (outside a group of {n}) "
                                     "returned instead of being refused")
-        said = agree(ctx, list(range(n)), "refused-before-first", "waited" if waited else "refused")
-        verdict = "waited" if "waited" in said else "refused"
-        if verdict != "waited" and not problems:
+        state = "waited" if waited else "accepted" if problems else "refused"
+        said = agree(ctx, list(range(n)), "refused-before-first", state)
+        judged = all(x == "refused" for x in said)  # else P2P-PEER-OUTSIDE's finding; the message is not sent
+        if judged:
             try:
                 if ctx.rank == 0:
                     dist.send(torch.full((2,), 7.0, device=ctx.device), group_dst=1, group=group)
@@ -808,8 +809,11 @@ def _refused_before_first(ctx: CheckContext, words: tuple[str, ...] | None) -> N
                 problems.append(f"rank {ctx.rank}: the group's first real message (rank 0 to rank 1) after refused "
                                 f"calls raised {type(exc).__name__}: {exc}")
     dist.barrier()
-    if verdict == "waited":
-        ctx.note("refused P2P then a first real message not judged: a refusal waited out the group's timeout")
+    if not judged:
+        if problems:
+            raise CheckFailed("; ".join(problems))
+        ctx.note("refused P2P then a first real message not judged: a call naming a peer outside the group waited "
+                 "out the group's timeout or returned (P2P-PEER-OUTSIDE judges that)")
         return
     seen = [str(w.message) for w in caught if is_lazy_p2p_warning(str(w.message), words)]
     what = (f"rank {ctx.rank}: a new lazy group whose first P2P calls name peers outside it (refused), then rank 0 "
