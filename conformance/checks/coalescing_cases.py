@@ -68,8 +68,7 @@ class SharedBuffers:
         for dtype, end in ends.items():
             total = end + GAP
             self.buffers[dtype] = _gap_values(total, dtype, rank).to(tensors[0].device)
-            mask = torch.ones(total, dtype=torch.bool)
-            self.gaps[dtype] = mask
+            self.gaps[dtype] = torch.ones(total, dtype=torch.bool)
         self.views = []
         for t, start in zip(tensors, starts, strict=True):
             view = self.buffers[t.dtype][start:start + t.numel()].view(t.shape)
@@ -96,7 +95,7 @@ def block_case(ctx: CheckContext, case: Case) -> None:
     world = list(range(n))
     kind, dtypes, count = case["kind"], MIXES[case["dtype mix"]], case["count"]
     op = case["op"] if kind != "all_gather_into_tensor" else None
-    outs, calls, wants = [], [], []
+    outs, wants = [], []
     kept: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (op, input, its values): out-of-place inputs
     for i in range(count):
         dtype = dtypes[i % len(dtypes)]
@@ -107,7 +106,6 @@ def block_case(ctx: CheckContext, case: Case) -> None:
             out = torch.full((size * n,), data.canary(dtype), dtype=dtype, device=ctx.device)
             mine = ins[me].to(ctx.device)
             kept.append((i, mine, ins[me]))
-            calls.append(lambda o=out, t=mine: dist.all_gather_into_tensor(o, t))
             wants.append(data.Expected(torch.cat([ins[m] for m in world])))
         else:
             full = size * (n if kind == "reduce_scatter_tensor" else 1)
@@ -115,23 +113,21 @@ def block_case(ctx: CheckContext, case: Case) -> None:
             want = cc.expected_reduction(op_case, [ins[m] for m in world], op)
             if kind == "all_reduce":
                 out = ins[me].to(ctx.device)
-                calls.append(lambda o=out, p=ref.REDUCE_OPS[op]: dist.all_reduce(o, op=p))
             else:
                 out = torch.full((size,), data.canary(dtype), dtype=dtype, device=ctx.device)
                 mine = ins[me].to(ctx.device)
                 kept.append((i, mine, ins[me]))
-                calls.append(lambda o=out, t=mine, p=ref.REDUCE_OPS[op]: dist.reduce_scatter_tensor(o, t, op=p))
                 part = slice(me * size, (me + 1) * size)
                 want = data.Expected(want.values[part], None if want.tolerance is None else want.tolerance[part])
             wants.append(want)
         outs.append(out)
 
     shared = None
-    if dict(case.dims).get("placement") == PLACEMENTS[1]:  # outputs (all_reduce: in place) and inputs in one buffer
+    if case["placement"] == PLACEMENTS[1]:  # outputs (all_reduce: in place) and inputs in one buffer
         shared = SharedBuffers(outs + [t for _, t, _ in kept], me)
         outs, placed_inputs = shared.views[:len(outs)], shared.views[len(outs):]
         kept = [(i, t, values) for (i, _, values), t in zip(kept, placed_inputs, strict=True)]
-        calls = _rebind(kind, calls, outs, [t for _, t, _ in kept], op)
+    calls = _calls(kind, outs, [t for _, t, _ in kept], op)
     given = [data.Placed(o, o, "flat") for o in outs]  # where each output lies, to see one pointed elsewhere
 
     def block() -> None:
@@ -164,9 +160,9 @@ def block_case(ctx: CheckContext, case: Case) -> None:
                           f"all_gather or reduce_scatter only reads its input); op {i}: {b}")
 
 
-def _rebind(kind: str, calls: list[Any], outs: list[torch.Tensor], inputs: list[torch.Tensor],
-            op: str | None) -> list[Any]:
-    """The block's calls on the shared views (``outs``; ``inputs``: the out-of-place ops' inputs, in op order)."""
+def _calls(kind: str, outs: list[torch.Tensor], inputs: list[torch.Tensor], op: str | None) -> list[Any]:
+    """The block's calls, one per op: on ``outs`` (all_reduce: in place), reading ``inputs`` (the out-of-place ops'
+    inputs, in op order)."""
     if kind == "all_reduce":
         return [lambda o=o, p=ref.REDUCE_OPS[op]: dist.all_reduce(o, op=p) for o in outs]
     if kind == "all_gather_into_tensor":

@@ -17,13 +17,17 @@ from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed
 
 NUMEL = 5
-# (what, the call on the tensor ``t``, whether ``t`` is written): every way a backend receives a tensor it may
-# write in place (broadcast, all_reduce, reduce) or only read (the inputs of the gathers, reduce_scatter, send)
-Op = Callable[[CheckContext, torch.Tensor], Any]
+Op = Callable[[CheckContext, torch.Tensor], Any]  # the call on the tensor ``t``; returns what it gathered, if any
+# what the op leaves in the tensor it writes, or returns, from every rank's input (``columns``) and this rank:
+# exact, the values are chosen for it; None where torch leaves it unspecified
+Want = Callable[[list[list[Any]], int, torch.dtype], list[Any] | None]
 
 
-def _ops(ctx: CheckContext) -> list[tuple[str, Op, bool]]:
+def _ops(ctx: CheckContext) -> list[tuple[str, Op, bool, Want]]:
+    """(what, the call, whether it writes its tensor, the values it must give): every way a backend receives a tensor
+    it may write in place (broadcast, all_reduce, reduce) or only read (the inputs of the gathers, reduce_scatter)."""
     n, last = ctx.world_size, ctx.world_size - 1
+    shard = NUMEL // n if NUMEL % n == 0 else 1  # reduce_scatter_tensor reads the first shard * n elements
 
     def gather_tensor(c: CheckContext, t: torch.Tensor) -> Any:
         out = torch.zeros(n * NUMEL, dtype=t.dtype, device=c.device)
@@ -36,41 +40,33 @@ def _ops(ctx: CheckContext) -> list[tuple[str, Op, bool]]:
         return torch.cat(outs)
 
     def reduce_scatter(c: CheckContext, t: torch.Tensor) -> Any:
-        out = torch.zeros(NUMEL // n if NUMEL % n == 0 else 1, dtype=t.dtype, device=c.device)
-        dist.reduce_scatter_tensor(out, t[:out.numel() * n])
+        out = torch.zeros(shard, dtype=t.dtype, device=c.device)
+        dist.reduce_scatter_tensor(out, t[:shard * n])
         return out
 
+    def gathered(cols: list[list[Any]], me: int, dtype: torch.dtype) -> list[Any]:
+        return [v for col in cols for v in col]
+
+    def scattered(cols: list[list[Any]], me: int, dtype: torch.dtype) -> list[Any]:
+        return ref.combine([col[:shard * n] for col in cols], "SUM", dtype)[me * shard:(me + 1) * shard]
+
     return [
-        (f"broadcast from rank {last}", lambda c, t: dist.broadcast(t, last), True),
-        ("all_reduce SUM", lambda c, t: dist.all_reduce(t), True),
-        ("all_reduce MAX", lambda c, t: dist.all_reduce(t, op=dist.ReduceOp.MAX), True),
-        ("reduce SUM to rank 0", lambda c, t: dist.reduce(t, 0), True),
-        ("all_gather_into_tensor of it", gather_tensor, False),
-        ("all_gather of it", gather_list, False),
-        ("reduce_scatter_tensor of it", reduce_scatter, False),
+        (f"broadcast from rank {last}", lambda c, t: dist.broadcast(t, last), True, lambda cols, me, dt: cols[last]),
+        ("all_reduce SUM", lambda c, t: dist.all_reduce(t), True, lambda cols, me, dt: ref.combine(cols, "SUM", dt)),
+        ("all_reduce MAX", lambda c, t: dist.all_reduce(t, op=dist.ReduceOp.MAX), True,
+         lambda cols, me, dt: ref.combine(cols, "MAX", dt)),
+        # off the root a reduce's tensor is unspecified: gloo uses it as scratch, NCCL leaves it
+        ("reduce SUM to rank 0", lambda c, t: dist.reduce(t, 0), True,
+         lambda cols, me, dt: ref.combine(cols, "SUM", dt) if me == 0 else None),
+        ("all_gather_into_tensor of it", gather_tensor, False, gathered),
+        ("all_gather of it", gather_list, False, gathered),
+        ("reduce_scatter_tensor of it", reduce_scatter, False, scattered),
     ]
 
 
-def _expected(ctx: CheckContext, what: str, dtype: torch.dtype, salt: int) -> list[Any] | None:
-    """What the op leaves in the tensor it writes, or returns (exact: the values are chosen for it); None where
-    torch leaves it unspecified (a reduce's tensor off the root: gloo uses it as scratch, NCCL leaves it)."""
-    n, me = ctx.world_size, ctx.rank
-    columns = [ref.values(r, NUMEL, dtype, salt) for r in range(n)]
-    if what.startswith("broadcast"):
-        return columns[n - 1]
-    if what.startswith("all_reduce"):
-        return ref.combine(columns, what.rsplit(maxsplit=1)[-1], dtype)
-    if what.startswith("reduce SUM"):
-        return ref.combine(columns, "SUM", dtype) if me == 0 else None
-    if what.startswith("all_gather"):
-        return [v for col in columns for v in col]
-    shard = NUMEL // n if NUMEL % n == 0 else 1
-    full = ref.combine([col[:shard * n] for col in columns], "SUM", dtype)
-    return full[me * shard:(me + 1) * shard]
-
-
-def _one(ctx: CheckContext, what: str, op: Op, writes: bool, dtype: torch.dtype, salt: int) -> None:
-    values = ref.values(ctx.rank, NUMEL, dtype, salt)
+def _one(ctx: CheckContext, what: str, op: Op, writes: bool, want_of: Want, dtype: torch.dtype, salt: int) -> None:
+    columns = [ref.values(r, NUMEL, dtype, salt) for r in range(ctx.world_size)]  # every rank's input
+    values = columns[ctx.rank]
     plain = ref.tensor(values, dtype, ctx.device)
     try:
         op(ctx, plain)
@@ -88,7 +84,7 @@ def _one(ctx: CheckContext, what: str, op: Op, writes: bool, dtype: torch.dtype,
         raise CheckFailed(f"rank {ctx.rank}: {label}: raised {type(exc).__name__}: {exc} (the same op on a plain "
                           "tensor ran: a backend writes or reads the tensor's data below autograd, as NCCL and "
                           "gloo do)") from None
-    got, want = param.detach() if writes else result, _expected(ctx, what, dtype, salt)
+    got, want = param.detach() if writes else result, want_of(columns, ctx.rank, dtype)
     bad = None if want is None else ref.mismatch(got, want, dtype)
     if bad:
         raise CheckFailed(f"rank {ctx.rank}: {label}: {bad}")
@@ -124,8 +120,8 @@ def check_grad_tensors(ctx: CheckContext) -> None:
     ctx.init_world(default_mode(ctx))
     found = Findings(ctx)
     for k, dtype in enumerate((torch.float32, torch.float64)):
-        for i, (what, op, writes) in enumerate(_ops(ctx)):
-            found.case(_one, ctx, what, op, writes, dtype, salt=10 * k + i)
+        for i, (what, op, writes, want_of) in enumerate(_ops(ctx)):
+            found.case(_one, ctx, what, op, writes, want_of, dtype, salt=10 * k + i)
         if ctx.world_size >= 2:
             found.case(_send, ctx, dtype, salt=10 * k + 9)
         dist.barrier()
