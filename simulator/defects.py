@@ -91,6 +91,9 @@ DEFECTS: dict[str, Defect] = {
     "collective_calls_by_name": Defect(fabric=flaws.CollectiveCallsByName),
     "allgather_short_list_accepted": Defect(fabric=flaws.AllgatherShortListAccepted),
     "allreduce_timeout_swallowed": Defect(fabric=flaws.AllreduceTimeoutSwallowed),
+    "hint_warning_hidden": Defect(group=flaws.HintWarningHidden),
+    "allreduce_draws_rng": Defect(group=flaws.AllreduceDrawsRng),
+    "work_future_released_at_wait": Defect(work=flaws.WorkFutureReleasedAtWait),
 }
 # Mixed reduce ops in one _coalescing_manager block are not plantable here: torch 2.13's front end
 # passes only the first op's reduce op to the backend, so no backend ever sees the mix.

@@ -300,6 +300,21 @@ class BroadcastRecordsAutograd:
         return self._launch("broadcast", run, outputs=tensors)
 
 
+class AllreduceDrawsRng:
+    """all_reduce draws from torch's global RNG (a random ring order): the user's random stream shifts"""
+
+    def allreduce(self: Group, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        torch.randperm(max(1, self.size()))
+        return super().allreduce(tensors, opts)
+
+
+class HintWarningHidden:
+    """the unknown-hint warning is a DeprecationWarning, which Python's default filters hide"""
+
+    def _warn_hint(self: Group, message: str) -> None:
+        LOG.warn(message, DeprecationWarning)
+
+
 class BarrierNoWait:
     """barrier returns at once, without waiting for the other ranks"""
 
@@ -425,3 +440,18 @@ class IntSumViaFloat32:
         if op in ("sum", "avg") and dtype == torch.int64:
             return torch.float32
         return super().accum_dtype(dtype, op)
+
+
+class WorkFutureReleasedAtWait:
+    """wait() hands the op's outputs over: a future taken from the Work after wait() holds None"""
+
+    def wait(self: Any, timeout: Any = None) -> bool:
+        self._handed_over = True
+        return super().wait(timeout)
+
+    def get_future(self: Any) -> torch.futures.Future:
+        if getattr(self, "_handed_over", False):
+            released: torch.futures.Future = torch.futures.Future()
+            released.set_result(None)
+            return released
+        return super().get_future()

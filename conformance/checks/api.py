@@ -7,6 +7,7 @@ import contextlib
 import functools
 import gc
 import os
+import random
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.checks.cases import Generation, stable_seed
 from conformance.checks.common import (
     NO_OP,
     UNSUPPORTED,
@@ -34,6 +36,7 @@ from conformance.checks.common import (
 from conformance.checks.group_program_runs import check_group_programs
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
+from conformance.checks.process_state import check_process_state
 from conformance.checks.program_runs import check_programs
 from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext, check
@@ -112,6 +115,67 @@ def work_future(ctx: CheckContext) -> None:
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
     _zero_timeout_waits(ctx)
     _completes_unwaited(ctx)
+    _call_orders(ctx)
+
+
+# Work calls in the orders a caller makes them: "wait" (work.wait(timeout) returns True), "poll" (is_completed()
+# until True), "fresh" (a future taken now from work.get_future(), waited, carries the output), "held" (the future
+# taken before the first call, read now), "then" (a callback chained on a future taken now runs once with it).
+WORK_STEPS = ("wait", "poll", "fresh", "held", "then")
+BOUNDARY_ORDERS: tuple[tuple[str, ...], ...] = (
+    ("wait", "fresh"), ("wait", "wait", "fresh", "fresh"), ("fresh", "wait", "fresh"),
+    ("poll", "fresh", "wait", "held"), ("wait", "then", "fresh"),
+)
+ORDER_LENGTH = 4  # steps of a drawn order
+
+
+def work_orders(generation: Generation) -> list[tuple[str, ...]]:
+    """The boundary orders, then ``generation.budget`` orders of ``ORDER_LENGTH`` steps drawn from its seed."""
+    rng = random.Random(stable_seed("work-orders", generation.seed))
+    return [*BOUNDARY_ORDERS, *(tuple(rng.choice(WORK_STEPS) for _ in range(ORDER_LENGTH))
+                                for _ in range(generation.budget))]
+
+
+def _call_orders(ctx: CheckContext) -> None:
+    """Each async op's Work, called in each order of ``work_orders``: a future taken at any point, before or after
+    wait() and however often, carries the op's exact output (c10d's Work keeps its future for its lifetime:
+    ProcessGroupNCCL's WorkNCCL::getFuture returns the future_ it completes with the outputs, gloo's AsyncWork its
+    future_); a backend that hands its result over at wait() leaves a later reader (DDP's comm hooks read
+    get_future() after the bucket's wait) with nothing."""
+    generation = Generation.from_env()
+    for order in work_orders(generation):
+        for op, launch, out, want in _async_cases(ctx):
+            what = f"{op}, Work calls {' -> '.join(order)} (seed {generation.seed})"
+            work = launch()
+            held = work.get_future()
+            for k, step in enumerate(order):
+                _work_step(ctx, f"{what}: step {k + 1} ({step})", step, work, held, want, out.dtype)
+            expect_exact(ctx, out, want, f"{what}: the output")
+
+
+def _work_step(ctx: CheckContext, what: str, step: str, work: dist.Work, held: torch.futures.Future,
+               want: list[float], dtype: torch.dtype) -> None:
+    """One step of an order (``WORK_STEPS``); a future read must carry ``want``."""
+    if step == "wait":
+        ctx.expect_equal(f"{what}: work.wait(timeout)", True, work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
+        return
+    if step == "poll":
+        deadline = time.monotonic() + min(ctx.timeout_s, UNWAITED_POLL_S)
+        while not work.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        ctx.expect_equal(f"{what}: work.is_completed()", True, work.is_completed())
+        return
+    if step == "then":
+        seen: list[Any] = []
+        chained = work.get_future().then(lambda f: seen.append(f.value()) or "ran")
+        ctx.expect_equal(f"{what}: the chained callback's result", "ran", chained.wait())
+        ctx.expect_equal(f"{what}: times the callback ran", 1, len(seen))
+        value = seen[0]
+    else:
+        value = (held if step == "held" else work.get_future()).wait()
+    carried, _ = _future_tensor(value)
+    ctx.expect(carried is not None and mismatch(carried, want, dtype) is None, f"{what}: the future's value",
+               want, value if carried is None else carried.tolist())
 
 
 def _completes_unwaited(ctx: CheckContext) -> None:
@@ -640,3 +704,9 @@ def group_programs(ctx: CheckContext) -> None:
     message by each P2P entry point) and destruction, on bound and lazy worlds, each judged against the model of
     which communicators each step makes and which options each group holds (``group_program_runs``)."""
     check_group_programs(ctx)
+
+
+@check("API-PROCESS-STATE")
+def process_state(ctx: CheckContext) -> None:
+    """Init and a run of every op family leave the process-wide state the user owns as it was (process_state)."""
+    check_process_state(ctx)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.checks import warned
 from conformance.checks.common import (
     config_part,
     expect_allreduce_members,
@@ -322,10 +323,10 @@ def unknown_warn(ctx: CheckContext) -> None:
                        lambda: dist.split_group(split_ranks=[ranks], pg_options=options)))
     configs = []
     for which, make in makers:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with warned.recorded() as caught:
             group = make()
-        named = [str(w.message) for w in caught if "bogusHint" in str(w.message)]
+        named, hidden = warned.matching(caught, lambda m: "bogusHint" in m)
+        warned.expect_shown(ctx, hidden, f"{which}: the unknown hint 'bogusHint'")
         ctx.expect(len(named) >= 1, f"{which}: warnings naming the unknown hint 'bogusHint'", ">= 1",
                    [str(w.message) for w in caught])
         hints = _config(ctx, group, f"{which} with an unknown hint").get("hints", {})
@@ -368,11 +369,11 @@ def _near_misses(ctx: CheckContext, ranks: list[int]) -> None:
     slips = near_miss_hints()
     plain = dist.new_group(ranks, pg_options=options_part(ctx).make())
     control = _config(ctx, plain, "a new_group given no hints (the control)")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with warned.recorded() as caught:
         group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=dict(slips)))
         expect_allreduce_members(ctx, group, ranks, "a new_group given misspelt hint keys")
-    messages = [str(w.message) for w in caught]
+    messages, hidden = warned.matching(caught, lambda m: any(repr(key) in m or f" {key} " in f" {m} " for key in slips))
+    warned.expect_shown(ctx, hidden, "a new_group given misspelt hint keys")
     unnamed = [key for key in slips if not any(repr(key) in m or f" {key} " in f" {m} " for m in messages)]
     ctx.expect(not unnamed, f"misspelt hint keys ({len(slips)}, each one slip from a key torchcomms reads) named "
                "by a warning", "every one", f"not named: {unnamed}; warnings: {messages[:4]}")
