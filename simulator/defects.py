@@ -93,6 +93,7 @@ DEFECTS: dict[str, Defect] = {
     "allreduce_timeout_swallowed": Defect(fabric=flaws.AllreduceTimeoutSwallowed),
     "hint_warning_hidden": Defect(group=flaws.HintWarningHidden),
     "allreduce_draws_rng": Defect(group=flaws.AllreduceDrawsRng),
+    "complex_product_partwise": Defect(kernel=flaws.ComplexProductPartwise),
     "work_future_released_at_wait": Defect(work=flaws.WorkFutureReleasedAtWait),
 }
 # Mixed reduce ops in one _coalescing_manager block are not plantable here: torch 2.13's front end

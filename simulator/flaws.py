@@ -442,6 +442,15 @@ class IntSumViaFloat32:
         return super().accum_dtype(dtype, op)
 
 
+class ComplexProductPartwise:
+    """a complex PRODUCT multiplies the real view: real and imaginary parts each multiplied on their own"""
+
+    def binary(self, dtype: torch.dtype, op: str) -> Any:
+        if op == "product" and dtype.is_complex:
+            return lambda a, b, out: torch.view_as_real(out).copy_(torch.view_as_real(a) * torch.view_as_real(b))
+        return super().binary(dtype, op)
+
+
 class WorkFutureReleasedAtWait:
     """wait() hands the op's outputs over: a future taken from the Work after wait() holds None"""
 

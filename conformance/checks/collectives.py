@@ -33,6 +33,7 @@ from conformance.checks.common import (
     post,
     sweep_groups,
 )
+from conformance.checks.complex_dtypes import check_complex
 from conformance.checks.generated import run_plan
 from conformance.checks.grad_tensors import check_grad_tensors
 from conformance.checks.registry import CheckContext, check
@@ -393,3 +394,10 @@ def alltoall_uneven(ctx: CheckContext) -> None:
 def grad_tensors(ctx: CheckContext) -> None:
     """Collectives and a send on nn.Parameter leaves (requires grad): exact, no autograd error, still leaves."""
     check_grad_tensors(ctx)
+
+
+@check("COLL-COMPLEX")
+def complex_reductions(ctx: CheckContext) -> None:
+    """reduce and reduce_scatter_tensor of complex tensors: complex arithmetic, or refused naming complex."""
+    ctx.init_world(default_mode(ctx))
+    check_complex(ctx)
