@@ -529,10 +529,20 @@ def list_collectives(ctx: CheckContext) -> None:
     found.conclude()
 
 
+# Per-member sizes of an uneven all_gather (member j of n): growing, the first empty, the last empty, one member's
+# tensor only (an empty input is a member's whole part in a gather of expert tokens or of a ragged batch)
+UNEVEN_GATHER_SIZES: tuple[tuple[str, Callable[[int, int], int]], ...] = (
+    ("group rank j's has j + 1 elements", lambda j, n: j + 1),
+    ("group rank j's has j elements: the first is empty", lambda j, n: j),
+    ("group rank j's has n - 1 - j elements: the last is empty", lambda j, n: n - 1 - j),
+    ("only the last group rank's has elements (2)", lambda j, n: 2 if j == n - 1 else 0),
+)
+
+
 def _uneven_all_gather(ctx: CheckContext, found: Findings, block: Callable[[int, int], list[float]],
                        unsorted: dist.ProcessGroup | None) -> None:
-    """all_gather whose members' tensors differ in size (member j's has j + 1 elements, every member naming the
-    same output sizes): torch documents it ('Complex and uneven sized tensors are supported', v2.13.0
+    """all_gather whose members' tensors differ in size (each pattern of ``UNEVEN_GATHER_SIZES``, every member
+    naming the same output sizes): torch documents it ('Complex and uneven sized tensors are supported', v2.13.0
     distributed_c10d.py:4196), ProcessGroupNCCL runs it (each member's tensor broadcast in turn where the outputs
     differ in size), gloo refuses it naming the size ('invalid tensor size at index 1 (expected (1), got (2))',
     seen on 2.13.0). Exact in group-rank order, and required where the target declares ``uneven_all_gather``;
@@ -542,18 +552,23 @@ def _uneven_all_gather(ctx: CheckContext, found: Findings, block: Callable[[int,
     groups: list[tuple[str, Any, list[int]]] = [("world", None, world)]
     if unsorted is not None:
         groups.append((f"unsorted group {world[::-1]}", unsorted, world[::-1]))
-    for label, group, members in groups:
-        what = f"{label}: all_gather of uneven tensors (group rank j's has j + 1 elements)"
-        me = members.index(ctx.rank)
-        outs = [torch.zeros(j + 1, device=ctx.device) for j in range(len(members))]
-        mine = torch.tensor(block(ctx.rank, me), device=ctx.device)
-        call = functools.partial(dist.all_gather, outs, mine, group=group)
-        if required:
-            found.case(_required_call, ctx, what, call)
-        elif not optional_case(ctx, what, call, ("size", "shape", "uneven"), kind="all_gather (uneven)"):
-            continue
-        for j, m in enumerate(members):
-            found.case(expect_exact, ctx, outs[j], block(m, j), f"{what}: tensor of global rank {m}")
+
+    def values(m: int, size: int) -> list[float]:  # global rank m's tensor of ``size`` elements
+        return block(m, size - 1) if size else []
+
+    for pattern, size_of in UNEVEN_GATHER_SIZES:
+        for label, group, members in groups:
+            sizes = [size_of(j, len(members)) for j in range(len(members))]
+            what = f"{label}: all_gather of uneven tensors ({pattern}: {sizes})"
+            outs = [torch.zeros(size, device=ctx.device) for size in sizes]
+            mine = torch.tensor(values(ctx.rank, sizes[members.index(ctx.rank)]), device=ctx.device)
+            call = functools.partial(dist.all_gather, outs, mine, group=group)
+            if required:
+                found.case(_required_call, ctx, what, call)
+            elif not optional_case(ctx, what, call, ("size", "shape", "uneven"), kind="all_gather (uneven)"):
+                continue
+            for j, m in enumerate(members):
+                found.case(expect_exact, ctx, outs[j], values(m, sizes[j]), f"{what}: tensor of global rank {m}")
 
 
 def _required_call(ctx: CheckContext, what: str, call: Callable[[], Any]) -> None:

@@ -258,8 +258,9 @@ def invalid_refused(ctx: CheckContext) -> None:
         ({"cga_cluster_size": 9}, "cga_cluster_size", "9"),  # above NCCL's maximum cluster size of 8
     ]
     if "hints" in ctx.target.capabilities:
-        cases += [({"hints": {"is_high_priority_stream": "maybe"}}, "is_high_priority_stream", "maybe"),
-                  ({"hints": {"maxCTAs": "lots"}}, "maxCTAs", "lots")]
+        invalid = [({"is_high_priority_stream": "maybe"}, "is_high_priority_stream", "maybe"),
+                   ({"maxCTAs": "lots"}, "maxCTAs", "lots")]
+        cases += [({"hints": hints}, key, value) for bad, key, value in invalid for hints in in_company(bad)]
     else:
         ctx.note("hint values not checked: the target lacks capability hints (a hints map on its options); "
                  "a backend whose options carry one declares hints")
@@ -268,15 +269,40 @@ def invalid_refused(ctx: CheckContext) -> None:
                                                           for w in refusal_words(ctx, k, k))))
                 for case in ctas_cases() if not case.valid]
     for fields, contains in needles:
-        expect_raises(ctx, f"new_group with invalid option {fields}",
-                      lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),
-                      (ValueError, TypeError, RuntimeError), contains)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the unknown keys of in_company: HINT-UNKNOWN-WARN's subject
+            expect_raises(ctx, f"new_group with invalid option {fields}",
+                          lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),
+                          (ValueError, TypeError, RuntimeError), contains)
+    for label, foreign in FOREIGN_OPTIONS:  # not the backend's options type: refused, never read as defaults
+        expect_raises(ctx, f"new_group with pg_options {label}",
+                      lambda f=foreign: dist.new_group(ranks, pg_options=f),
+                      (ValueError, TypeError, AssertionError, RuntimeError), (("options", "type"),))
     expect_allreduce_members(ctx, dist.group.WORLD, ranks, "world after refused options")
     _invalid_on_lazy_groups(ctx, ranks, needles[:2])
     if "hints" in ctx.target.capabilities:  # the valid boundary of the inconsistent case: accepted
         edge = {"minCTAs": "4", "maxCTAs": "4"}
         group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=edge))
         expect_allreduce_members(ctx, group, ranks, f"new_group with hints {edge} (minCTAs equal to maxCTAs)")
+
+
+# pg_options a backend cannot use: the fields as a dict, as text, an object of no options type. torch refuses them
+# for NCCL before the backend runs ('Expected backend_options argument to be of type ProcessGroupNCCL.Options',
+# v2.13.0 distributed_c10d.py:2183); a backend of its own options type refuses them itself
+FOREIGN_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("as a dict {'max_ctas': 4}", {"max_ctas": 4}), ("as the text 'max_ctas=4'", "max_ctas=4"),
+    ("as a plain object()", object()),
+)
+
+# what an invalid hint may sit among: an unknown key (warned about and ignored) and a valid known hint
+_COMPANY = ({"cfmUnknownHint": "1"}, {"netName": OPTIONS["net_name"]})
+
+
+def in_company(bad: dict[str, str]) -> list[dict[str, str]]:
+    """An invalid hint alone, after each companion, before them all, and between them (a validator that stops
+    at the first unknown or valid key, or reads only the first entry, accepts the invalid one)."""
+    unknown, valid = _COMPANY
+    return [dict(bad), {**unknown, **bad}, {**valid, **bad}, {**bad, **unknown, **valid}, {**unknown, **bad, **valid}]
 
 
 def _invalid_on_lazy_groups(ctx: CheckContext, ranks: list[int], needles: list[tuple[dict[str, Any], Any]]) -> None:
