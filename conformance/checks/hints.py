@@ -117,7 +117,11 @@ def lazy_subgroup_options(ctx: CheckContext) -> None:
     expect_allreduce_members(ctx, world, ranks, "lazy world")
     for what, group, members in groups:
         if ctx.rank in members:
+            since = ctx.probe.mark()
             expect_allreduce_members(ctx, group, members, f"lazily created {what}")  # creates its communicator
+            if observing("comm_created") in ctx.target.capabilities:  # the probe sees a creation (positive control)
+                ctx.expect(bool(new_comms(ctx, since)), f"lazily created {what}: communicators made by its first "
+                           "collective", "one", "none")
             expect_options(ctx, group, f"lazily created {what}, after its first collective", OPTIONS)
     world_config = _config(ctx, world, "lazy world")
     leaked = {k: world_config.get(k) for k in OPTIONS if world_config.get(k) == OPTIONS[k]}
@@ -159,12 +163,19 @@ def _pair_comms_take_options(ctx: CheckContext, ranks: list[int]) -> None:
 
 def _expect_config_before_comm(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> None:
     """Before a lazy group's first op its communicator does not exist: the target may show no config (None, as
-    NCCL's log shows none), or the one the communicator will get, which is the group's options; never an error."""
+    NCCL's log shows none), or the one the communicator will get, which is the group's options; never an error.
+    Reading it observes and does not act: it makes no communicator (a hook that made the lazy one would change what
+    the group's first op does, e.g. its P2P would find a communicator and make no pair one)."""
+    watched = observing("comm_created") in ctx.target.capabilities
+    since = ctx.probe.mark() if watched else 0
     try:
         config = config_part(ctx).effective(group, ctx.probe)
     except Exception as exc:  # noqa: BLE001 - any error reading the config of a group without a communicator
         raise CheckFailed(f"rank {ctx.rank}: {what}: reading the effective config before its first collective "
                           f"raised {type(exc).__name__}: {exc}") from None
+    if watched:
+        ctx.expect_equal(f"{what}: communicators made by reading its effective config before its first collective",
+                         [], new_comms(ctx, since))
     if config is None:
         ctx.note(f"{what}: no effective config shown before its first collective (no communicator yet)")
         return
