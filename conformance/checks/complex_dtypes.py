@@ -49,19 +49,22 @@ def _expect(ctx: CheckContext, what: str, got: torch.Tensor, want: list[complex]
 
 
 def _calls(ctx: CheckContext, dtype: torch.dtype, op: str) -> list[tuple[str, Callable[[], Any], Callable[[], None]]]:
-    """(what, the call, the check of its result on this rank) for reduce to the last rank and reduce_scatter_tensor."""
+    """(what, the call, the check of its result on this rank) for reduce to the last rank and reduce_scatter_tensor,
+    each on a new group of every rank: gloo reports a refusal again at the next op of the same group."""
     n, r, dev, rop = ctx.world_size, ctx.rank, ctx.device, getattr(dist.ReduceOp, op)
-    root = n - 1
+    root, ranks = n - 1, list(range(n))
+    reducing, scattering = ctx.new_group(ranks), ctx.new_group(ranks)
     mine = torch.tensor([_value(r, i) for i in range(ELEMENTS)], dtype=dtype, device=dev)
     reduced = [_fold([_value(k, i) for k in range(n)], op) for i in range(ELEMENTS)]
     scattered = torch.tensor([_value(r, i) for i in range(n * ELEMENTS)], dtype=dtype, device=dev)
     shard = torch.zeros(ELEMENTS, dtype=dtype, device=dev)
     my_shard = [_fold([_value(k, r * ELEMENTS + j) for k in range(n)], op) for j in range(ELEMENTS)]
     return [
-        (f"reduce {op} of {dtype} to rank {root}", lambda: dist.reduce(mine, dst=root, op=rop),
+        (f"reduce {op} of {dtype} to rank {root}", lambda: dist.reduce(mine, dst=root, op=rop, group=reducing),
          lambda: _expect(ctx, f"reduce {op} of {dtype}: rank {root}'s result", mine, reduced, op)
          if r == root else None),
-        (f"reduce_scatter_tensor {op} of {dtype}", lambda: dist.reduce_scatter_tensor(shard, scattered, op=rop),
+        (f"reduce_scatter_tensor {op} of {dtype}", lambda: dist.reduce_scatter_tensor(shard, scattered, op=rop,
+                                                                                          group=scattering),
          lambda: _expect(ctx, f"reduce_scatter_tensor {op} of {dtype}: this rank's shard", shard, my_shard, op)),
     ]
 
