@@ -56,6 +56,8 @@ def bound_inherit(ctx: CheckContext) -> None:
     created = new_comms(ctx, since)
     ctx.expect_equal("communicators created by the split", 1, len(created))
     require_fields(ctx, [parent], "device")  # the probe records devices at all; a child without one is the defect
+    ctx.expect_equal("the world communicator's device (the device the world is bound to, index included)",
+                     str(world.bound_device_id), parent["device"])
     ctx.expect_equal("child communicator's device", parent["device"], created[0]["device"])
     expect_allreduce_members(ctx, child, list(range(ctx.world_size)), "child of the world")
     upper, sub, _ = _upper_subgroup(ctx)
