@@ -8,6 +8,7 @@ and the refusal is noted in the report; SUM, PRODUCT, MIN and MAX on float32, fl
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,6 +109,42 @@ def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: s
                    untouched)
 
 
+INF = float("inf")
+
+
+def _special_contribution(rank: int, n: int, element: int) -> float:
+    """Element ``element`` of ``rank``'s input: +inf on rank 0 among 1s; +inf everywhere; -inf on the last rank
+    among 2s; +inf on rank 0 and -inf on the last among 1s (at world size 1: +inf)."""
+    last = rank == n - 1
+    return ((INF if rank == 0 else 1.0), INF, (-INF if last else 2.0),
+            (INF if rank == 0 else -INF if last else 1.0))[element]
+
+
+def _special_values_case(ctx: CheckContext) -> None:
+    """all_reduce of float32 and float64 with +-inf among finite values, for SUM, AVG, MAX, MIN and PRODUCT: the
+    IEEE result of folding the ranks' values (inf stays inf, inf + -inf is NaN, inf * -inf is -inf), as a backend
+    that adds in its dtype gives it whatever the order (NCCL's and gloo's kernels do; no NaN is an input, so no
+    NaN-ordering rule of MAX and MIN is judged). A backend whose summation trick subtracts inf from inf (Kahan
+    compensation) gives NaN where the sum is inf."""
+    n = ctx.world_size
+    for dtype in (torch.float32, torch.float64):
+        for op in ("SUM", "AVG", "MAX", "MIN", "PRODUCT"):
+            t = torch.tensor([_special_contribution(ctx.rank, n, e) for e in range(4)], dtype=dtype,
+                             device=ctx.device)
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+            want = []
+            for e in range(4):
+                values = [_special_contribution(r, n, e) for r in range(n)]
+                folded = values[0]
+                for v in values[1:]:
+                    folded = (max(folded, v) if op == "MAX" else min(folded, v) if op == "MIN" else
+                              folded * v if op == "PRODUCT" else folded + v)
+                want.append(folded / n if op == "AVG" else folded)
+            got = t.cpu().double().tolist()
+            same = all((math.isnan(g) and math.isnan(w)) or g == w for g, w in zip(got, want, strict=True))
+            ctx.expect(same, f"all_reduce {op} of {dtype} with +-inf among finite values (IEEE)", want, got)
+
+
 def _premul_sum_case(ctx: CheckContext) -> None:
     """all_reduce with dist._make_nccl_premul_sum(2.0) (torch builds it for NCCL; its front end passes it to any
     backend, v2.13.0 distributed_c10d.py all_reduce): the exact 2 x sum, or a refusal naming PREMUL_SUM (gloo:
@@ -140,6 +177,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=0, salt=1)
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1025, salt=2)
     found.case(_premul_sum_case, ctx)
+    found.case(_special_values_case, ctx)
     run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
