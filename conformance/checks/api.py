@@ -160,10 +160,7 @@ def _work_step(ctx: CheckContext, what: str, step: str, work: dist.Work, held: t
         ctx.expect_equal(f"{what}: work.wait(timeout)", True, work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
         return
     if step == "poll":
-        deadline = time.monotonic() + min(ctx.timeout_s, UNWAITED_POLL_S)
-        while not work.is_completed() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        ctx.expect_equal(f"{what}: work.is_completed()", True, work.is_completed())
+        ctx.expect_equal(f"{what}: work.is_completed()", True, _polled_completed(ctx, work))
         return
     if step == "then":
         seen: list[Any] = []
@@ -178,6 +175,14 @@ def _work_step(ctx: CheckContext, what: str, step: str, work: dist.Work, held: t
                want, value if carried is None else carried.tolist())
 
 
+def _polled_completed(ctx: CheckContext, work: dist.Work) -> bool:
+    """work.is_completed(), polled until True or for at most ``UNWAITED_POLL_S`` (within the check's timeout)."""
+    deadline = time.monotonic() + min(ctx.timeout_s, UNWAITED_POLL_S)
+    while not work.is_completed() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return work.is_completed()
+
+
 def _completes_unwaited(ctx: CheckContext) -> None:
     """An async all_reduce that nobody waits on reports is_completed() True once it has run (polled within the
     ``UNWAITED_POLL_S``; c10d Work::isCompleted, and ProcessGroupNCCL's WorkNCCL::isCompleted asks the op's CUDA
@@ -188,12 +193,8 @@ def _completes_unwaited(ctx: CheckContext) -> None:
     want = [float(n * (n + 1) // 2)] * 3
     t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
     work = dist.all_reduce(t, async_op=True)
-    poll_s = min(ctx.timeout_s, UNWAITED_POLL_S)
-    deadline = time.monotonic() + poll_s
-    while not work.is_completed() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    ctx.expect_equal(f"async all_reduce, never waited: work.is_completed() within {poll_s} s", True,
-                     work.is_completed())
+    ctx.expect_equal(f"async all_reduce, never waited: work.is_completed() within "
+                     f"{min(ctx.timeout_s, UNWAITED_POLL_S)} s", True, _polled_completed(ctx, work))
     expect_exact(ctx, t, want, "async all_reduce, never waited: the output once is_completed() is True")
     work.wait()
     t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
