@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.defect_matrix import _consulted, build_matrix, plan, run_matrix
-from conformance.planted.lanes import Case
+from conformance.defect_matrix import _consulted, _retry_unjudged, build_matrix, plan, run_matrix
+from conformance.planted.lanes import Case, CaseOutcome
 from conformance.planted.mutants import Mutant, mutants
 from conformance.planted.task import TASK
 from conformance.runner.orchestrate import run_case
@@ -40,6 +40,23 @@ def test_plan_runs_a_switch_only_where_the_clean_run_consulted_it() -> None:
     assert all(isinstance(x, Case) and x.world_size in (2, 4) for x in cases)
 
 
+def test_a_clean_case_without_a_verdict_runs_again_alone_with_more_time() -> None:
+    """A clean error (four lanes of ranks on two cores ran P2P-DATA past 8 s in CI) is run again with three times
+    the timeout; a pass then is the baseline, a second error stands; failures and passes are not run again."""
+    asked: list[Case] = []
+
+    class Pool:
+        def run(self, cases: list[Case]) -> list[CaseOutcome]:
+            asked.extend(cases)
+            return [CaseOutcome(c, "pass" if c.requirement == "SLOW" else "error", "again", 1.0) for c in cases]
+
+    first = [CaseOutcome(Case(rid, 2), outcome, "timed out after 8 s", 8.0)
+             for rid, outcome in (("SLOW", "error"), ("BROKEN", "error"), ("BAD", "fail"), ("GOOD", "pass"))]
+    again = _retry_unjudged(Pool(), first, 8.0, lambda *a, **k: None)  # type: ignore[arg-type]
+    assert [(c.requirement, c.timeout_s) for c in asked] == [("SLOW", 24.0), ("BROKEN", 24.0)]
+    assert {rid: o.outcome for rid, o in again.items()} == {"SLOW": "pass", "BROKEN": "error"}
+
+
 def test_every_planted_defect_is_listed_once() -> None:
     names = [m.name for m in mutants()]
     assert len(names) == len(set(names)) == 57  # with complex_product_partwise and three others of 2026-11-29
@@ -68,7 +85,7 @@ def test_every_defect_caught_every_requirement_has_teeth(tmp_path: Path) -> None
     code = run_matrix([2, 4], tmp_path, timeout_s=8.0)  # headroom: CI runs this beside other tests on 2 cores
     matrix = json.loads((tmp_path / "defects.json").read_text())
     verdicts = {k: matrix[k] for k in ("uncaught_mutants", "requirements_without_teeth", "clean_must_failures")}
-    assert code == 0, f"{verdicts}; clean outcomes: {matrix['clean']}"
+    assert code == 0, f"{verdicts}; clean outcomes: {matrix['clean']}; why: {matrix['clean_failure_details']}"
     assert matrix["kill_rate"] == 1.0 and matrix["teeth_rate"] == 1.0
     assert "| defect | caught by |" in (tmp_path / "defects.md").read_text()
 

@@ -29,11 +29,13 @@ CTX = multiprocess.get_context("fork")
 
 @dataclass(frozen=True)
 class Case:
-    """One requirement at one world size, clean (``mutant`` "") or with one planted defect."""
+    """One requirement at one world size, clean (``mutant`` "") or with one planted defect; ``timeout_s`` 0: the
+    lanes' own timeout."""
 
     requirement: str
     world_size: int
     mutant: str = ""
+    timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def _lane(jobs: Any, results: Any, timeout_s: float, consulted_dir: str, stop_ea
             planted = mutants[case.mutant] if case.mutant else None
             result = run_case(pools, catalog[case.requirement], "sim", case.world_size,
                               target_options={"stack": stack, "defects": list(planted.defects if planted else ())},
-                              timeout_s=timeout_s, task=TASK,
+                              timeout_s=case.timeout_s or timeout_s, task=TASK,
                               task_kwargs={"mutant": case.mutant, "consulted_dir": "" if planted else consulted_dir},
                               stop_on_failure=stop_early and planted is not None)
             results.put(CaseOutcome(case, result.outcome, result.detail, result.duration_s))
