@@ -73,6 +73,23 @@ def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.
     ]
 
 
+def _expect_alias(ctx: CheckContext, op: str, carried: torch.Tensor, out: torch.Tensor, want: list[float]) -> None:
+    """The future's tensor is the op's output, not a copy: c10d backends complete the future with the very
+    output tensors (ProcessGroupNCCL::collective: ``work->future_->markCompleted(at::IValue(*work->outputs_))``,
+    as its out-of-tree siblings XCCL, CNCL and DICL do; gloo's all_reduce and broadcast give the caller's tensor
+    itself, seen). A copy costs a second buffer per op and loses in-place work done through the future (a DDP comm
+    hook's ``fut.value()[0].div_(n)``): a write through it must reach the output."""
+    same = carried.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+    ctx.expect(same, f"{op}: get_future()'s tensor shares the output's storage (it is the output, not a copy)",
+               f"storage at {out.untyped_storage().data_ptr():#x}", f"{carried.untyped_storage().data_ptr():#x}")
+    carried.add_(1)
+    plus_one = [w + 1 for w in want]
+    seen = out.tolist()
+    carried.sub_(1)
+    ctx.expect(mismatch(torch.tensor(seen, dtype=out.dtype), plus_one, out.dtype) is None,
+               f"{op}: add_(1) on get_future()'s tensor, read back from the output", plus_one, seen)
+
+
 def _future_tensor(value: Any) -> tuple[torch.Tensor | None, bool]:
     """The output tensor a future's value carries, and whether the value is torch's list-of-outputs form."""
     if isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
@@ -111,6 +128,7 @@ def work_future(ctx: CheckContext) -> None:
                      "NCCL give")
         ctx.expect(mismatch(carried, want, out.dtype) is None, f"{op}: the tensor get_future() carries", want,
                    carried.tolist())
+        _expect_alias(ctx, op, carried, out, want)
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
     _zero_timeout_waits(ctx)

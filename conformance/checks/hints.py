@@ -269,9 +269,9 @@ def invalid_refused(ctx: CheckContext) -> None:
         ({"cga_cluster_size": 9}, "cga_cluster_size", "9"),  # above NCCL's maximum cluster size of 8
     ]
     if "hints" in ctx.target.capabilities:
-        invalid = [({"is_high_priority_stream": "maybe"}, "is_high_priority_stream", "maybe"),
-                   ({"maxCTAs": "lots"}, "maxCTAs", "lots")]
-        cases += [({"hints": hints}, key, value) for bad, key, value in invalid for hints in in_company(bad)]
+        cases += [({"hints": hints}, key, value) for key, value in INVALID_HINTS
+                  for hints in (in_company({key: value}) if value == INVALID_HINTS_IN_COMPANY.get(key)
+                                else [{key: value}])]
     else:
         ctx.note("hint values not checked: the target lacks capability hints (a hints map on its options); "
                  "a backend whose options carry one declares hints")
@@ -304,6 +304,18 @@ FOREIGN_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("as a dict {'max_ctas': 4}", {"max_ctas": 4}), ("as the text 'max_ctas=4'", "max_ctas=4"),
     ("as a plain object()", object()),
 )
+
+# Invalid values of each typed hint torchcomms maps into ncclConfig_t (torchcomms facts: typed reads throw
+# 'Invalid hint value for key'): not a number, empty, negative (NCCL refuses cgaClusterSize < 0 and minCTAs or
+# maxCTAs <= 0, src/init.cc v2.28.9, the cga check right before :1866-1869's, so a parser that takes a sign must
+# still refuse them), and a boolean outside 1/true/yes/y/0/false/no/n. One value per key is also tried among other
+# hints (in_company).
+INVALID_HINTS: tuple[tuple[str, str], ...] = (
+    *((key, value) for key in ("maxCTAs", "minCTAs", "cgaClusterSize") for value in ("lots", "-4", "")),
+    ("is_high_priority_stream", "maybe"), ("is_high_priority_stream", ""),
+)
+INVALID_HINTS_IN_COMPANY = {"maxCTAs": "lots", "minCTAs": "-4", "cgaClusterSize": "-4",
+                            "is_high_priority_stream": "maybe"}
 
 # what an invalid hint may sit among: an unknown key (warned about and ignored) and a valid known hint
 _COMPANY = ({"cfmUnknownHint": "1"}, {"netName": OPTIONS["net_name"]})

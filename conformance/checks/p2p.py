@@ -8,6 +8,7 @@ import random
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -98,10 +99,16 @@ def eager_reuse(ctx: CheckContext) -> None:
         raise NotObservable(f"target {ctx.target.name}'s probe recorded no communicator, not even the one eager "
                             "init made for the world: it cannot show that P2P makes none")
     since = ctx.probe.mark()
-    _exchange(ctx, all_pairs(ctx.world_size), salt=1)
-    _exchange(ctx, ring(ctx.world_size), salt=2)
-    one_f_one_b(ctx)
+    words = ctx.target.traits.lazy_p2p_warning
+    with stderr_lines(ctx.target.traits.warnings_on_stderr) as err, warned.recorded() as caught:
+        _exchange(ctx, all_pairs(ctx.world_size), salt=1)
+        _exchange(ctx, ring(ctx.world_size), salt=2)
+        one_f_one_b(ctx)
     created = new_comms(ctx, since)
+    _recorder_sees_lazy_warning(ctx, words)
+    spurious = [m for m in [str(w.message) for w in caught] + err if is_lazy_p2p_warning(m, words)]
+    ctx.expect(not spurious, "lazy-P2P warnings during P2P on an eagerly initialised world (its communicator "
+               "carries P2P: nothing to warn about)", "none", spurious[:2])
     launches = [e for e in ctx.probe.events("launch", since) if e["op"] in ("send", "recv")]
     # positive controls: the probe saw the world communicator's creation and the P2P launches themselves
     world = world_comm(ctx)
@@ -116,6 +123,22 @@ def eager_reuse(ctx: CheckContext) -> None:
     ctx.expect(not elsewhere, f"communicators carrying P2P under eager init (the world's is {world['comm']})",
                "the world communicator only", elsewhere)
     _one_op_each(ctx, launches)
+
+
+def _recorder_sees_lazy_warning(ctx: CheckContext, words: tuple[str, ...] | None) -> None:
+    """The positive control of the eager world's 'no lazy-P2P warning': the same recording (Python warnings, and
+    fd 2 where the target's warnings go there) and the same matcher see a warning of the target's lazy-P2P words
+    raised in the check's own process."""
+    sample = " ".join(words) if words else "lazy P2P: bind a device with device_id to reuse the communicator"
+    on_stderr = ctx.target.traits.warnings_on_stderr
+    with stderr_lines(on_stderr) as err, warned.recorded() as caught:
+        warnings.warn(sample, UserWarning, stacklevel=1)
+        if on_stderr:
+            os.write(2, f"{sample}\n".encode())
+    seen = [str(w.message) for w in caught if is_lazy_p2p_warning(str(w.message), words)]
+    printed = [m for m in err if is_lazy_p2p_warning(m, words)]
+    positive_control(ctx, bool(seen) and (bool(printed) or not on_stderr),
+                     "a lazy-P2P warning raised (and printed to fd 2) in the check's process")
 
 
 def _one_op_each(ctx: CheckContext, launches: list[dict]) -> None:
@@ -441,20 +464,38 @@ def _in_subgroups(ctx: CheckContext) -> None:
 def _any_source_in(ctx: CheckContext, group: dist.ProcessGroup | None, label: str, members: list[int]) -> None:
     """The first member (global ranks, sorted) takes one message from every other member with recv(src=None) on
     ``group`` (None: the world): each reported source is the sender's global rank, and the payload is that
-    sender's."""
+    sender's. Then it posts one irecv(src=None) per other member at once, waits them all, and only then asks each
+    Work its sender (``Work._source_rank()``, a group rank, which torch's recv reads right away): each Work names
+    the sender of its own payload, fixed when it completed (gloo's RecvWork keeps the srcRank it matched), not
+    whichever rank a later receive matched."""
     first, others = members[0], members[1:]
     if ctx.rank != first:
         dist.send(torch.full((2,), float(ctx.rank), device=ctx.device), first, group=group)
+        dist.barrier(group=group)  # the first member has taken the message: the next one is the second round's
+        dist.send(torch.full((2,), float(ctx.rank + 1000), device=ctx.device), first, group=group)
         return
     taken = []  # every message first, then the verdict: a sender must not be left waiting on a failed receiver
     for _ in others:
         buf = torch.full((2,), -1.0, device=ctx.device)
         taken.append((dist.recv(buf, src=None, group=group), buf.tolist()))
+    dist.barrier(group=group)
+    bufs = [torch.full((2,), -1.0, device=ctx.device) for _ in others]
+    works = [dist.irecv(buf, src=None, group=group) for buf in bufs]
+    for work in works:
+        work.wait()
+    named = [(w._source_rank(), buf.tolist()) for w, buf in zip(works, bufs, strict=True)]
     for src, payload in taken:
         ctx.expect_equal(f"{label}: recv(src=None) on global rank {first}: the payload of the rank it reported "
                          f"({src})", [float(src)] * 2, payload)
     ctx.expect_equal(f"{label}: the global ranks recv(src=None) reported on global rank {first}", others,
                      sorted(src for src, _ in taken))
+    named = [(src if group is None else dist.get_global_rank(group, src), payload) for src, payload in named]
+    for k, (src, payload) in enumerate(named):
+        ctx.expect_equal(f"{label}: irecv(src=None) #{k + 1} of {len(others)} posted at once on global rank {first}, "
+                         f"asked its sender after all completed: the payload of the rank it named ({src})",
+                         [float(src + 1000)] * 2, payload)
+    ctx.expect_equal(f"{label}: the senders the posted irecv(src=None) Works named on global rank {first}", others,
+                     sorted(src for src, _ in named))
 
 
 # Messages on one (source, destination, tag) channel: past CPython's small-int cache (-5..256), so a backend

@@ -148,6 +148,8 @@ class CombinedProbe:
         self.parts = [p for p in parts if p is not None]
         self.observes = frozenset().union(*(p.observes for p in self.parts))
         self._marks: list[tuple[int, ...]] = [tuple(0 for _ in self.parts)]
+        self._held: dict[int, tuple[int, tuple[Any, Any]]] = {}  # part -> (events held, the last one's identity)
+        self._rewrite: str | None = None
 
     def _part(self, kind: str) -> tuple[int, Any] | None:
         return next(((i, p) for i, p in enumerate(self.parts) if kind in p.observes), None)
@@ -163,7 +165,36 @@ class CombinedProbe:
     def mark(self) -> int:
         """An index to pass as ``since``."""
         self._marks.append(tuple(p.mark() for p in self.parts))
+        self._compare_held()
         return len(self._marks) - 1
+
+    def _compare_held(self) -> None:
+        """Each part's record must still hold, at the same place, the last event it held at the previous mark (a
+        record only grows: the protocol's marks index it); keep the first part found to have dropped or moved one,
+        then take the record's present end as the one to compare next."""
+        for i, part in enumerate(self.parts):
+            try:
+                held = self._held.get(i)
+                if held is not None and self._rewrite is None:
+                    count, last = held
+                    there = part.events(None, count - 1)[:1]
+                    if [(e.get("kind"), e.get("comm")) for e in there] != [last]:
+                        now = len(part.events(None, 0))
+                        self._rewrite = (f"{type(part).__name__}'s record held {count} event(s) at a mark, the last "
+                                         f"{last}; now it holds {now}, and at that place "
+                                         f"{[(e.get('kind'), e.get('comm')) for e in there] or 'nothing'}")
+                every = part.events(None, 0)
+            except NotObservable:
+                continue
+            if every:
+                self._held[i] = (len(every), (every[-1].get("kind"), every[-1].get("comm")))
+
+    def record_rewritten(self) -> str | None:
+        """Where a part's record lost or moved an event it held at an earlier mark (compared once more now), else
+        None. The suite's marks index the record, so a record rewritten under them (events of a destroyed group
+        dropped) shows later checks the wrong events: what it says cannot back a verdict."""
+        self._compare_held()
+        return self._rewrite
 
     def protocol_breach(self) -> str | None:
         """Where a part's ``events()`` without ``since`` differs from ``events(since=0)``, ``events(kind)`` returns

@@ -81,6 +81,14 @@ def _quiesce_wait_s(outcome: Outcome, started: float, timeout_s: float) -> float
     return min(QUIESCE_MAX_S, max(QUIESCE_PAST_TIMEOUT_S, past_timeout))
 
 
+def _expect_record_kept(ctx: CheckContext) -> None:
+    """A check that passed read the probe through its marks: a record rewritten meanwhile fails it."""
+    rewritten = getattr(ctx.probe, "record_rewritten", lambda: None)()
+    if rewritten is not None:
+        raise CheckFailed(f"rank {ctx.rank}: target {ctx.target.name}'s probe rewrote its record during the check "
+                          f"(the probe protocol's record only grows; marks index it): {rewritten}")
+
+
 def run_check(
     rank: int,
     world_size: int,
@@ -111,6 +119,7 @@ def run_check(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # checks that observe warnings record their own
             fn(ctx)
+        _expect_record_kept(ctx)
     except CheckFailed as exc:
         outcome, detail = Outcome.FAIL, str(exc)
     except NotObservable as exc:

@@ -79,3 +79,24 @@ def test_a_kind_filter_by_identity_is_named() -> None:
     assert log.events("".join(("comm_", "created"))) == []  # a kind built at run time finds none
     breach = combine(log).protocol_breach()
     assert breach is not None and "compared by value" in breach, breach
+
+
+def test_a_record_that_only_grows_is_kept_and_one_that_drops_a_mark_s_events_is_named() -> None:
+    """The record_rewritten rule (held-out 13/11: toyccl's shutdown() dropped a destroyed group's events, so a
+    mark taken before the destroy pointed past the next group's creation)."""
+    kept, rewritten = _recorded(CommLog()), _recorded(CommLog())
+    for log in (kept, rewritten):
+        probe = combine(log)
+        probe.mark()
+        log.record("launch", comm="toy:0", op="all_reduce")
+        probe.mark()
+        if log is rewritten:  # the destroyed communicator's events go; a new group's come after
+            log._events[:] = [e for e in log._events if e["comm"] != "toy:0"]
+        log.record("comm_created", comm="toy:1", members=[0], mode="split")
+        log.record("launch", comm="toy:1", op="all_reduce")
+        log.record("config_applied", comm="toy:1", config={})
+        assert (probe.record_rewritten() is None) == (log is kept), probe.record_rewritten()
+    found = combine(rewritten)
+    found.mark()
+    rewritten._events.pop(0)
+    assert "held 3 event(s) at a mark" in (found.record_rewritten() or ""), found.record_rewritten()
