@@ -120,6 +120,34 @@ def _special_contribution(rank: int, n: int, element: int) -> float:
             (INF if rank == 0 else -INF if last else 1.0))[element]
 
 
+# Per-element bases of the integer AVG case: negative, past 32 bits (int64) or near 2**26 (int32: the sum of a
+# world of 8 stays inside int32, as NCCL's SumPostDiv sums before it divides), and small; even, so that the odd
+# offsets make contributions the world size does not divide (dividing each before summing rounds them)
+INTEGER_AVG_BASES = ((torch.int64, (-8, 2**40, 12344)), (torch.int32, (-8, 2**26, 6)))
+
+
+def _avg_offset(rank: int, n: int) -> int:
+    """Rank ``rank``'s offset from the bases: +k and -k for the pair (2k-2, 2k-1), 0 for an odd world's last rank:
+    the offsets sum to 0, so the average is the bases exactly, whatever the integer rounding."""
+    return 0 if n % 2 and rank == n - 1 else (1 if rank % 2 == 0 else -1) * (rank // 2 + 1)
+
+
+def _integer_avg_case(ctx: CheckContext) -> None:
+    """all_reduce AVG of int64 and int32 whose sum divides by the world size: the exact average (NCCL runs integer
+    AVG as SumPostDiv, a sum divided by the rank count; no rounding question arises here), or a refusal naming
+    AVG or the dtype on every rank (gloo on torch 2.13 divides in float: 'result type Float can't be cast to the
+    desired output type Long', seen)."""
+    for dtype, bases in INTEGER_AVG_BASES:
+        offset = _avg_offset(ctx.rank, ctx.world_size)
+        t = torch.tensor([b + offset * (2 * j + 1) for j, b in enumerate(bases)], dtype=dtype, device=ctx.device)
+        what = (f"world: all_reduce AVG of {ref.dtype_name(dtype)}[3] whose sum divides by the world size (rank "
+                f"{ctx.rank}'s input the bases {list(bases)} {offset:+d} x (1, 3, 5))")
+        names = cc.refusal_names("AVG", dtype)
+        if optional_case(ctx, what, lambda t=t: dist.all_reduce(t, op=dist.ReduceOp.AVG), names,
+                         kind=f"integer AVG of {ref.dtype_name(dtype)}"):
+            expect_exact(ctx, t, list(bases), what)
+
+
 def _special_values_case(ctx: CheckContext) -> None:
     """all_reduce of float32 and float64 with +-inf among finite values, for SUM, AVG, MAX, MIN and PRODUCT: the
     IEEE result of folding the ranks' values (inf stays inf, inf + -inf is NaN, inf * -inf is -inf), as a backend
@@ -178,6 +206,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1025, salt=2)
     found.case(_premul_sum_case, ctx)
     found.case(_special_values_case, ctx)
+    found.case(_integer_avg_case, ctx)
     run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
