@@ -307,9 +307,9 @@ FOREIGN_OPTIONS: tuple[tuple[str, Any], ...] = (
 
 # Invalid values of each typed hint torchcomms maps into ncclConfig_t (torchcomms facts: typed reads throw
 # 'Invalid hint value for key'): not a number, empty, negative (NCCL refuses cgaClusterSize < 0 and minCTAs or
-# maxCTAs <= 0, src/init.cc v2.28.9, the cga check right before :1866-1869's, so a parser that takes a sign must
-# still refuse them), and a boolean outside 1/true/yes/y/0/false/no/n. One value per key is also tried among other
-# hints (in_company).
+# maxCTAs <= 0 in src/init.cc, the cga check just before the min/max CTAs one, seen in several NCCL versions'
+# init.cc through search; so a parser that takes a sign must still refuse them), and a boolean outside
+# 1/true/yes/y/0/false/no/n. One value per key is also tried among other hints (in_company).
 INVALID_HINTS: tuple[tuple[str, str], ...] = (
     *((key, value) for key in ("maxCTAs", "minCTAs", "cgaClusterSize") for value in ("lots", "-4", "")),
     ("is_high_priority_stream", "maybe"), ("is_high_priority_stream", ""),
