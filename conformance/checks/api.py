@@ -82,12 +82,11 @@ def _expect_alias(ctx: CheckContext, op: str, carried: torch.Tensor, out: torch.
     same = carried.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
     ctx.expect(same, f"{op}: get_future()'s tensor shares the output's storage (it is the output, not a copy)",
                f"storage at {out.untyped_storage().data_ptr():#x}", f"{carried.untyped_storage().data_ptr():#x}")
-    carried.add_(1)
     plus_one = [w + 1 for w in want]
-    seen = out.tolist()
+    carried.add_(1)
+    bad, seen = mismatch(out, plus_one, out.dtype), out.tolist()
     carried.sub_(1)
-    ctx.expect(mismatch(torch.tensor(seen, dtype=out.dtype), plus_one, out.dtype) is None,
-               f"{op}: add_(1) on get_future()'s tensor, read back from the output", plus_one, seen)
+    ctx.expect(bad is None, f"{op}: add_(1) on get_future()'s tensor, read back from the output", plus_one, seen)
 
 
 def _future_tensor(value: Any) -> tuple[torch.Tensor | None, bool]:

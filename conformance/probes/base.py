@@ -164,15 +164,16 @@ class CombinedProbe:
 
     def mark(self) -> int:
         """An index to pass as ``since``."""
-        self._marks.append(tuple(p.mark() for p in self.parts))
-        self._compare_held()
+        counts = tuple(p.mark() for p in self.parts)
+        self._marks.append(counts)
+        self._compare_held(counts)
         return len(self._marks) - 1
 
-    def _compare_held(self) -> None:
+    def _compare_held(self, counts: tuple[int, ...]) -> None:
         """Each part's record must still hold, at the same place, the last event it held at the previous mark (a
         record only grows: the protocol's marks index it); keep the first part found to have dropped or moved one,
-        then take the record's present end as the one to compare next."""
-        for i, part in enumerate(self.parts):
+        then take the record's present end (``counts``: each part's mark) as the one to compare next."""
+        for i, (part, count_now) in enumerate(zip(self.parts, counts, strict=True)):
             try:
                 held = self._held.get(i)
                 if held is not None and self._rewrite is None:
@@ -183,17 +184,17 @@ class CombinedProbe:
                         self._rewrite = (f"{type(part).__name__}'s record held {count} event(s) at a mark, the last "
                                          f"{last}; now it holds {now}, and at that place "
                                          f"{[(e.get('kind'), e.get('comm')) for e in there] or 'nothing'}")
-                every = part.events(None, 0)
+                last_now = part.events(None, count_now - 1)[:1] if count_now else []
             except NotObservable:
                 continue
-            if every:
-                self._held[i] = (len(every), (every[-1].get("kind"), every[-1].get("comm")))
+            if last_now:
+                self._held[i] = (count_now, (last_now[0].get("kind"), last_now[0].get("comm")))
 
     def record_rewritten(self) -> str | None:
         """Where a part's record lost or moved an event it held at an earlier mark (compared once more now), else
         None. The suite's marks index the record, so a record rewritten under them (events of a destroyed group
         dropped) shows later checks the wrong events: what it says cannot back a verdict."""
-        self._compare_held()
+        self._compare_held(tuple(p.mark() for p in self.parts))
         return self._rewrite
 
     def protocol_breach(self) -> str | None:
