@@ -122,9 +122,10 @@ def work_future(ctx: CheckContext) -> None:
         value = future.wait()
         carried, listed = _future_tensor(value)
         ctx.expect(carried is not None, f"{op}: get_future()'s value", "the output tensor (in a list)", value)
-        if not listed:  # DDP's comm hooks read value()[0]: a bare tensor gives them its first row
-            ctx.note(f"{op}: get_future() holds a bare {type(value).__name__}, not the list of outputs gloo and "
-                     "NCCL give")
+        # torch's DDP comm hooks read fut.value()[0] (v2.13.0 and v2.15.0 ddp_comm_hooks/default_hooks.py:31): a bare
+        # tensor gives them its first row; NCCL and gloo complete the future with the list of outputs
+        ctx.expect(listed, f"{op}: get_future()'s value is the list of the op's outputs (a hook reads value()[0])",
+                   "[output]", f"a bare {type(value).__name__}" if not listed else value)
         ctx.expect(mismatch(carried, want, out.dtype) is None, f"{op}: the tensor get_future() carries", want,
                    carried.tolist())
         _expect_alias(ctx, op, carried, out, want)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conformance.checks import coalescing_cases
+from conformance.checks import batch_cases, coalescing_cases
 from conformance.checks import reference as ref
 from conformance.checks.common import (
     Findings,
@@ -230,6 +230,9 @@ def batch_wait(ctx: CheckContext) -> None:
         req.wait()
     ctx.expect_equal(f"received from rank {prv} after wait()", [float(prv + 1)] * 2,
                      [got[0].item(), got[-1].item()])
+    found = Findings(ctx)
+    batch_cases.run_batches(ctx, found)
+    found.conclude()
 
 
 @check("COAL-BATCH-ONE-LAUNCH")

@@ -89,36 +89,59 @@ class SharedBuffers:
         return None
 
 
+def _block_inputs(ctx: CheckContext, case: Case, fulls: list[int], dtypes: tuple[torch.dtype, ...],
+                  op: str | None) -> list[tuple[dict[int, torch.Tensor], data.Expected | None]]:
+    """Each op's members' inputs and, for a reduction, its expected output: one seeded draw and one reference
+    per dtype of the mix, cut into the ops' pieces (a block of 257 ops at 16 ranks would otherwise draw and
+    reduce 257 x 16 small tensors on every rank). An "extremes" draw puts the range's ends first, so in the
+    first op of each dtype; the other ops draw from the same few extreme values."""
+    world = list(range(ctx.world_size))
+    pieces: list[tuple[dict[int, torch.Tensor], data.Expected | None]] = []
+    drawn: dict[torch.dtype, tuple[dict[int, torch.Tensor], data.Expected | None]] = {}
+    offsets: dict[torch.dtype, int] = {}
+    for k, dtype in enumerate(dtypes):
+        total = sum(full for i, full in enumerate(fulls) if dtypes[i % len(dtypes)] == dtype)
+        dtype_case = case.with_(dtype=dtype)
+        ins = cc.member_inputs(ctx, dtype_case, world, total, op, salt=k)
+        drawn[dtype] = ins, (cc.expected_reduction(dtype_case, [ins[m] for m in world], op) if op else None)
+    for i, full in enumerate(fulls):
+        dtype = dtypes[i % len(dtypes)]
+        at = offsets.get(dtype, 0)
+        offsets[dtype] = at + full
+        ins, want = drawn[dtype]
+        cut = slice(at, at + full)
+        pieces.append(({m: ins[m][cut] for m in world}, None if want is None else data.Expected(
+            want.values[cut], None if want.tolerance is None else want.tolerance[cut])))
+    return pieces
+
+
 def block_case(ctx: CheckContext, case: Case) -> None:
     """One block of ``count`` ops in a _coalescing_manager; op i has dtype mix[i % len] and size + i % 3."""
     n, me = ctx.world_size, ctx.rank
     world = list(range(n))
     kind, dtypes, count = case["kind"], MIXES[case["dtype mix"]], case["count"]
     op = case["op"] if kind != "all_gather_into_tensor" else None
+    sizes = [gc.numel(case["size"], dtypes[i % len(dtypes)], n) + i % 3 for i in range(count)]
+    fulls = [size * (n if kind == "reduce_scatter_tensor" else 1) for size in sizes]
     outs, wants = [], []
     kept: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (op, input, its values): out-of-place inputs
-    for i in range(count):
+    for i, (size, (ins, whole)) in enumerate(zip(sizes, _block_inputs(ctx, case, fulls, dtypes, op), strict=True)):
         dtype = dtypes[i % len(dtypes)]
-        size = gc.numel(case["size"], dtype, n) + i % 3
-        op_case = case.with_(dtype=dtype)
+        mine = ins[me].clone()  # a piece of this rank's drawn values: the op gets a tensor of its own
         if kind == "all_gather_into_tensor":
-            ins = cc.member_inputs(ctx, op_case, world, size, None, salt=i)
             out = torch.full((size * n,), data.canary(dtype), dtype=dtype, device=ctx.device)
-            mine = ins[me].to(ctx.device)
-            kept.append((i, mine, ins[me]))
+            kept.append((i, mine.to(ctx.device), ins[me]))
             wants.append(data.Expected(torch.cat([ins[m] for m in world])))
         else:
-            full = size * (n if kind == "reduce_scatter_tensor" else 1)
-            ins = cc.member_inputs(ctx, op_case, world, full, op, salt=i)
-            want = cc.expected_reduction(op_case, [ins[m] for m in world], op)
+            assert whole is not None
+            want = whole
             if kind == "all_reduce":
-                out = ins[me].to(ctx.device)
+                out = mine.to(ctx.device)
             else:
                 out = torch.full((size,), data.canary(dtype), dtype=dtype, device=ctx.device)
-                mine = ins[me].to(ctx.device)
-                kept.append((i, mine, ins[me]))
+                kept.append((i, mine.to(ctx.device), ins[me]))
                 part = slice(me * size, (me + 1) * size)
-                want = data.Expected(want.values[part], None if want.tolerance is None else want.tolerance[part])
+                want = data.Expected(whole.values[part], None if whole.tolerance is None else whole.tolerance[part])
             wants.append(want)
         outs.append(out)
 

@@ -3,6 +3,7 @@ family, each comparing with the exact reference of every member's seeded input (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -100,13 +101,16 @@ NONCONTIGUOUS = Plan("non-contiguous", {
 BY_SENDER, BY_RECEIVER = "by sender, input splits omitted", "by receiver, output splits omitted"
 
 
-ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", "all to one"),
+# The shape of one row of all_to_all_single's tensors: split sizes count rows of dim 0 (an MoE layer passes
+# [tokens, hidden]), so a row holds prod(row) elements
+ROWS = ((), (3,), (2, 3))
+ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", "all to one"), row=ROWS,
                  in_layout=(*gc.CONTIGUOUS_LAYOUTS, "strided"), out_layout=(*gc.CONTIGUOUS_LAYOUTS, "strided"))
 # One side's split sizes omitted, on contiguous tensors (strided ones are ALLTOALL's, with explicit splits): a plan
 # of its own, so that ALLTOALL's cases stay as they were. gloo 2.13 refuses a strided tensor on one rank alone when
 # split sizes are omitted ('Tensors must be contiguous'), and its peers then wait out the check's timeout (30 s at
 # world size 4) or abort (world size 2): seen, each such case would cost every gloo run that long.
-ALLTOALL_OMITTED = _plan("all_to_all_single, split sizes omitted", False, splits=(BY_SENDER, BY_RECEIVER),
+ALLTOALL_OMITTED = _plan("all_to_all_single, split sizes omitted", False, splits=(BY_SENDER, BY_RECEIVER), row=ROWS,
                          in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
 
 
@@ -313,12 +317,15 @@ def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], lab
 
 
 def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
-    """all_to_all_single with the case's split pattern; ``size`` scales the rows each member sends."""
+    """all_to_all_single with the case's split pattern on tensors of rows of the case's row shape (split sizes count
+    rows); ``size`` scales the rows each member sends."""
     n, me, dtype = len(members), members.index(ctx.rank), case["dtype"]
-    unit = max(1, gc.numel(case["size"], dtype, n) // max(1, n * n)) if case["size"] != "0" else 0
+    row: tuple[int, ...] = case["row"]
+    per_row = math.prod(row)
+    unit = max(1, gc.numel(case["size"], dtype, n) // max(1, n * n * per_row)) if case["size"] != "0" else 0
     pattern = case["splits"]
 
-    def rows(i: int, j: int) -> int:  # elements group rank i sends to group rank j
+    def rows(i: int, j: int) -> int:  # rows group rank i sends to group rank j
         if pattern == "even":
             return unit
         if pattern == "uneven":
@@ -332,19 +339,19 @@ def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str,
         return unit + 1 if j == 0 else 0  # all to one
 
     sends = {m: [rows(i, j) for j in range(n)] for i, m in enumerate(members)}
-    ins = member_inputs(ctx, case, members, max(sum(s) for s in sends.values()), None)
-    offsets = {m: [sum(sends[m][:j]) for j in range(n)] for m in members}
-    mine = ins[ctx.rank][:sum(sends[ctx.rank])]
-    want = torch.cat([ins[m][offsets[m][me]:offsets[m][me] + sends[m][me]] for m in members])
+    ins = member_inputs(ctx, case, members, max(sum(s) for s in sends.values()) * per_row, None)
+    offsets = {m: [sum(sends[m][:j]) * per_row for j in range(n)] for m in members}
+    mine = ins[ctx.rank][:sum(sends[ctx.rank]) * per_row]
+    want = torch.cat([ins[m][offsets[m][me]:offsets[m][me] + sends[m][me] * per_row] for m in members])
     placed_in = data.place(mine, case["in_layout"], ctx.device)
     out = data.empty_like_layout(want.numel(), dtype, case["out_layout"], ctx.device)
     in_splits: list[int] | None = None if pattern == BY_SENDER else sends[ctx.rank]
     out_splits: list[int] | None = None if pattern == BY_RECEIVER else [sends[m][me] for m in members]
-    what = (f"{label}: all_to_all_single of {ref.dtype_name(dtype)} ({case['values']} values), {pattern} splits "
-            f"{in_splits} in, {out_splits} out, {case['in_layout']} input, {case['out_layout']} output")
+    what = (f"{label}: all_to_all_single of {ref.dtype_name(dtype)} ({case['values']} values), rows of shape "
+            f"{list(row)}, {pattern} splits {in_splits} in, {out_splits} out (rows), {case['in_layout']} input, "
+            f"{case['out_layout']} output")
     if run(ctx, case, what, None, lambda: dist.all_to_all_single(
-            out.view.reshape(-1) if out.view.dim() > 1 else out.view, placed_in.view.reshape(-1)
-            if placed_in.view.dim() > 1 else placed_in.view,
+            out.view.reshape(-1, *row), placed_in.view.reshape(-1, *row),
             output_split_sizes=out_splits, input_split_sizes=in_splits, group=group),
             noncontiguous="strided" in (case["in_layout"], case["out_layout"])):
         expect(ctx, what, out, data.Expected(want))

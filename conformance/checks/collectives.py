@@ -123,7 +123,9 @@ def _special_contribution(rank: int, n: int, element: int) -> float:
 # Per-element bases of the integer AVG case: negative, past 32 bits (int64) or near 2**26 (int32: the sum of a
 # world of 8 stays inside int32, as NCCL's SumPostDiv sums before it divides), and small; even, so that the odd
 # offsets make contributions the world size does not divide (dividing each before summing rounds them)
-INTEGER_AVG_BASES = ((torch.int64, (-8, 2**40, 12344)), (torch.int32, (-8, 2**26, 6)))
+# bases that need every bit: 2**40 + 3 and 2**26 + 1 lie past float32's 24-bit mantissa, so an average computed
+# in float32 (an integer sum divided as a float) comes back off by a few units
+INTEGER_AVG_BASES = ((torch.int64, (-8, 2**40 + 3, 12344)), (torch.int32, (-8, 2**26 + 1, 6)))
 
 
 def _avg_offset(rank: int, n: int) -> int:
@@ -146,6 +148,27 @@ def _integer_avg_case(ctx: CheckContext) -> None:
         if optional_case(ctx, what, lambda t=t: dist.all_reduce(t, op=dist.ReduceOp.AVG), names,
                          kind=f"integer AVG of {ref.dtype_name(dtype)}"):
             expect_exact(ctx, t, list(bases), what)
+
+
+def _sparse_case(ctx: CheckContext) -> None:
+    """all_reduce SUM of a sparse COO tensor (rank r holds r + 1 at two coordinates of its own and 1 at a shared
+    one): the exact sum, or a refusal naming sparse tensors on every rank (NCCL refuses: 'NCCL does not support
+    all_reduce with sparse tensors', ProcessGroupNCCL.cpp allreduce_sparse; gloo sums them, seen on torch 2.13)."""
+    n, r = ctx.world_size, ctx.rank
+    dense = torch.zeros(n + 1, 4)
+    dense[r, r % 4] = r + 1
+    dense[r + 1, (r + 2) % 4] = r + 1
+    dense[0, 3] += 1
+    t = dense.to_sparse().to(ctx.device)
+    want = torch.zeros(n + 1, 4)
+    for k in range(n):
+        want[k, k % 4] += k + 1
+        want[k + 1, (k + 2) % 4] += k + 1
+        want[0, 3] += 1
+    what = f"world: all_reduce SUM of a sparse COO float32[{n + 1}, 4] (rank {r}'s entries r + 1 and one shared 1)"
+    if optional_case(ctx, what, lambda: dist.all_reduce(t), ("sparse",), kind="all_reduce of a sparse tensor"):
+        got = t.to_dense().cpu()
+        ctx.expect(torch.equal(got, want), what, want.tolist(), got.tolist())
 
 
 def _special_values_case(ctx: CheckContext) -> None:
@@ -207,6 +230,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
     found.case(_premul_sum_case, ctx)
     found.case(_special_values_case, ctx)
     found.case(_integer_avg_case, ctx)
+    found.case(_sparse_case, ctx)
     run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):

@@ -145,10 +145,20 @@ def expect_raises(ctx: CheckContext, what: str, fn: Any, kinds: tuple[type[BaseE
     raise CheckFailed(f"rank {ctx.rank}: {what}: expected an error, observed success")
 
 
+def not_an_assert(ctx: CheckContext, what: str, exc: BaseException) -> None:
+    """A refusal is a raised error, not a failed ``assert``: python -O removes assert statements, and the call then
+    runs on the bad input (torch's backends refuse with RuntimeError, ValueError or TypeError)."""
+    if isinstance(exc, AssertionError):
+        raise CheckFailed(f"rank {ctx.rank}: {what}: refused by an assert statement (AssertionError: {exc}), "
+                          "which python -O removes: expected a raised error (RuntimeError, ValueError or TypeError)"
+                          ) from None
+
+
 def expect_refusal(ctx: CheckContext, what: str, exc: BaseException, contains: tuple[Needle, ...],
                    timeout_contains: tuple[Needle, ...] = ()) -> BaseException:
     """An error already caught must name every entry of ``contains`` (a timeout: of ``timeout_contains``,
-    and only where that is given), as ``expect_raises`` requires of the error it catches."""
+    and only where that is given), as ``expect_raises`` requires of the error it catches; never an assert's."""
+    not_an_assert(ctx, what, exc)
     text = f"{type(exc).__name__}: {exc}"
     timed_out = isinstance(exc, TimeoutError) or any(w in text.lower() for w in TIMEOUT_WORDS)
     if timed_out and not timeout_contains:
@@ -211,6 +221,7 @@ def optional_case(ctx: CheckContext, what: str, fn: Any, names: tuple[str, ...],
         if any(w in text.lower() for w in TIMEOUT_WORDS) or not _names(text, names):
             raise CheckFailed(f"rank {ctx.rank}: {what}: expected a result or a refusal naming one of "
                               f"{list(names)}, observed {text}") from None
+        not_an_assert(ctx, what, exc)
         refusal = text.splitlines()[0][:160]
         _same_support(ctx, kind, what, refusal)
         ctx.note(f"{what}: not supported by the target (refused: {refusal})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from types import SimpleNamespace
 
-from conformance.checks import coalescing_cases, group_programs, option_trees, p2p_cases, split_trees
+from conformance.checks import batch_cases, coalescing_cases, group_programs, option_trees, p2p_cases, split_trees
 from conformance.checks import collective_cases as cc
 from conformance.checks import collective_refusals as refusals
 from conformance.checks.cases import Generation, Plan, show
@@ -30,6 +30,7 @@ def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan
         "COLL-ALLTOALL-UNEVEN": [(cc.ALLTOALL, n), (cc.ALLTOALL_OMITTED, n)],
         "P2P-DATA": [(p2p_cases.plan(fake), n)],  # type: ignore[arg-type]
         "COAL-SYNC-RESULTS": [(coalescing_cases.PLAN, n)],
+        "COAL-BATCH-WAIT": [(batch_cases.PLAN, n)],
         "COLL-BAD-ARGS-REFUSED": [(refusals.bad_args_plan(n), n)],
         "COLL-MISMATCH-REFUSED": [(refusals.mismatch_plan(n), n)],
         "COLL-ABSENT-PEER": [(refusals.absent_plan(n), n)],

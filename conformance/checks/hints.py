@@ -82,6 +82,32 @@ def newgroup_options(ctx: CheckContext) -> None:
     expect_options(ctx, second, "a second new_group given the changed options object", changed)  # positive control
     expect_options(ctx, group, "first new_group after the caller changed its options object", OPTIONS)
     expect_allreduce_members(ctx, group, ranks, "first new_group after the second was made")
+    _hints_map_its_own(ctx, ranks)
+
+
+def _hints_map_its_own(ctx: CheckContext, ranks: list[int]) -> None:
+    """Where an options object has a hints map (``hints``, a dict, as torchcomms' CommOptions has), a hint a caller
+    sets in it in place belongs to that object: another object made with defaults before or after it holds none,
+    and a new_group given no options gets none (a default hints map shared between objects carries it to both)."""
+    made = options_part(ctx).make()
+    hints = getattr(made, "hints", None)
+    if not isinstance(hints, dict):
+        ctx.note("options objects without a hints map: a hint set in place not judged")
+        return
+    earlier = options_part(ctx).make()
+    hints["netName"] = OPTIONS["net_name"]
+    later = options_part(ctx).make()
+    with_it = dist.new_group(ranks, pg_options=made)
+    seen = _config(ctx, with_it, "new_group given the object with a hint set in place").get("hints", {})
+    ctx.expect_equal("a hint set in place on an options object: in the config of a group given that object (the "
+                     "probe sees it)", OPTIONS["net_name"], seen.get("netName"))
+    for label, other in (("made before it", earlier), ("made after it", later)):
+        held = options_part(ctx).read(other).get("hints", {})
+        ctx.expect("netName" not in held, f"an options object {label} with defaults, after a hint was set in place on "
+                   "another: its hints", "no netName", held)
+    plain = _config(ctx, dist.new_group(ranks), "new_group given no options").get("hints", {})
+    ctx.expect("netName" not in plain, "a new_group given no options, after a hint was set in place on an options "
+               "object: its config's hints", "no netName", plain)
 
 
 def _no_options_given(ctx: CheckContext, world: dist.ProcessGroup, ranks: list[int]) -> None:
@@ -397,16 +423,18 @@ _FIELDS = tuple(_NEAR_MISS_VALUES)
 
 
 def near_miss_hints() -> dict[str, str]:
-    """Keys one slip away from a hint torchcomms reads (another case, or snake_case where it reads only camelCase:
-    net_name), each with a value the hint it misspells would accept. torchcomms compares hint keys exactly and
-    warns on any other ('is not supported in this NCCL version, ignoring', comms/torchcomms/nccl/
-    TorchCommNCCLBootstrap.cpp populateNcclConfigFromHints), so each is an unknown key."""
+    """Keys one slip away from a hint torchcomms reads (another case, the last letter dropped or one added, or
+    snake_case where it reads only camelCase: net_name), each with a value the hint it misspells would accept: a
+    backend that matches names by substring or prefix takes a dropped or added letter for the known key.
+    torchcomms compares hint keys exactly and warns on any other ('is not supported in this NCCL version,
+    ignoring', comms/torchcomms/nccl/TorchCommNCCLBootstrap.cpp populateNcclConfigFromHints), so each is an unknown
+    key."""
     known = {key for keys in HINT_KEYS.values() for key in keys}
     out: dict[str, str] = {}
     for field_name, keys in HINT_KEYS.items():
         spellings = {*keys, field_name}
         for key in sorted(spellings):
-            for slip in (key.lower(), key.upper(), key[:1].upper() + key[1:]):
+            for slip in (key.lower(), key.upper(), key[:1].upper() + key[1:], key[:-1], key + "x"):
                 if slip not in known:
                     out.setdefault(slip, _NEAR_MISS_VALUES[field_name])
     return out

@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=2, help="mutants judged at once (each a copy of the tree)")
     p.add_argument("--mutant-timeout", type=float, default=150.0,
                    help="seconds a judge may run; one that runs longer is killed and counts as caught by timeout")
-    p.add_argument("--timeout", type=inputs.timeout, default=8.0, help="per-check timeout inside the judge")
+    # 15 s: toyccl's generated coalesced blocks take about 9 s at world 2 on a quiet 2-core host, and a clean
+    # check past its timeout would count its mutant as caught
+    p.add_argument("--timeout", type=inputs.timeout, default=15.0, help="per-check timeout inside the judge")
     p.add_argument("--world-sizes", type=inputs.world_sizes, default=[2, 4])
     p.add_argument("--requirement", default="",
                    help="judge with only these requirements (comma-separated): which of them kill a mutant")

@@ -23,5 +23,5 @@ def pools():
 @pytest.mark.parametrize("world_size", [8, 16])
 def test_front_end_at_scale(pools, world_size) -> None:
     for rid in FRONT_END:
-        result = run_case(pools, REQ[rid], "sim", world_size, timeout_s=60.0)
+        result = run_case(pools, REQ[rid], "sim", world_size, timeout_s=90.0)
         assert result.outcome == "pass", f"{rid} at {world_size} ranks: {result.detail}"

@@ -37,6 +37,7 @@ SYMPTOM = {
     "toyccl_split_range": "split_group with a rank above the group size",
     "toyccl_no_pair_comms": "on a target declaring lazy_pair_comms",
     "toyccl_seq_is": "message 257 from rank",
+    "toyccl_blocking_irecv": "receive first",
 }
 
 

@@ -4,7 +4,9 @@ Each rank publishes its contribution under ``<op seq>/<rank>`` in the group's st
 the others' back; ranks issue ops in the same order, so their sequence numbers agree. P2P
 uses a counter per (source, destination, tag), so sends need not line up with collectives,
 tags select among messages, and a receive from any source takes the next message announced
-to this rank.
+to this rank. A receive from a named source is posted at once (irecv returns before its message
+exists, as gloo's does) and taken by a thread of its own; one from any source waits for its
+message in the call.
 
 Communicators, as a real backend has them: a group's communicator is made lazily on its first
 op, or at once when torch binds a device (``eager_connect_single_device``); groups made from a
@@ -19,7 +21,10 @@ from __future__ import annotations
 import copy
 import functools
 import pickle
+import threading
+import time
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -34,12 +39,21 @@ BACKEND_NAME = "toyccl"
 LAZY_P2P_WARNING = ("toyccl: send/recv on a group without a device binding creates one communicator per pair of "
                     "ranks; pass device_id to init_process_group to bind a device and reuse the group's")
 
+def _fractional(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _integer_average(ts: list[torch.Tensor]) -> torch.Tensor:
+    """An integer sum divided as an integer (NCCL's SumPostDiv): a true division would go through float32."""
+    return torch.stack(ts).sum(0).div(len(ts), rounding_mode="trunc")
+
+
 _REDUCE = {
     dist.ReduceOp.SUM: lambda ts: torch.stack(ts).sum(0),
     dist.ReduceOp.PRODUCT: lambda ts: torch.stack(ts).prod(0),
     dist.ReduceOp.MIN: lambda ts: torch.stack(ts).min(0).values,
     dist.ReduceOp.MAX: lambda ts: torch.stack(ts).max(0).values,
-    dist.ReduceOp.AVG: lambda ts: torch.stack(ts).sum(0) / len(ts),
+    dist.ReduceOp.AVG: lambda ts: torch.stack(ts).sum(0) / len(ts) if _fractional(ts[0]) else _integer_average(ts),
     dist.ReduceOp.BAND: lambda ts: functools.reduce(torch.bitwise_and, ts),
     dist.ReduceOp.BOR: lambda ts: functools.reduce(torch.bitwise_or, ts),
     dist.ReduceOp.BXOR: lambda ts: functools.reduce(torch.bitwise_xor, ts),
@@ -69,6 +83,42 @@ class ToyWork(dist.Work):
 
     def _source_rank(self) -> int:
         return self._source
+
+
+class RecvWork(ToyWork):
+    """A posted receive (irecv only posts it, as gloo's does): a thread takes the message; ``wait`` joins it and
+    raises what it raised, and the future holds the tensors once they arrived."""
+
+    def __init__(self, tensors: list[torch.Tensor], take: Callable[[], int]) -> None:
+        dist.Work.__init__(self)
+        self._future = Future()
+        self._source = -1
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._take, args=(tensors, take), daemon=True)
+        self._thread.start()
+
+    def _take(self, tensors: list[torch.Tensor], take: Callable[[], int]) -> None:
+        try:
+            self._source = take()
+        except BaseException as exc:  # noqa: BLE001 - raised again by wait(), as a real backend's work does
+            self._error = exc
+            self._future.set_exception(exc)
+        else:
+            self._future.set_result(tensors)
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        self._thread.join(None if timeout is None else timeout.total_seconds())
+        if self._thread.is_alive():
+            raise RuntimeError(f"toyccl: a receive did not complete within {timeout}")
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        return not self._thread.is_alive()
+
+    def is_success(self) -> bool:
+        return not self._thread.is_alive() and self._error is None
 
 
 def completed_work(result: Any = None) -> dist.Work:
@@ -106,6 +156,7 @@ class ToyProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._p2p: dict[tuple[int, int, int], int] = {}
         self._taken: set[tuple[int, int, int]] = set()
+        self._claims = threading.Lock()  # posted receives run in threads: a message is claimed once
         self._any: dict[int, int] = {}  # per tag: the announcements to this rank read so far
         self._name = name
         self._comm: dict[str, Any] | None = None
@@ -203,6 +254,18 @@ class ToyProcessGroup(dist.ProcessGroup):
         self._store.wait([key], self._timeout)
         return pickle.loads(self._store.get(key))
 
+    def _poll(self, key: str) -> Any:
+        """``_get`` for a receive's thread: it polls, since a waiting store call would hold the store's client,
+        which this process's other ops share, until the key exists."""
+        deadline, pause = time.monotonic() + self._timeout.total_seconds(), 0.0005
+        while not self._store.check([key]):
+            if time.monotonic() > deadline:
+                raise dist.DistStoreError(f"toyccl rank {self.rank()}: wait timeout after "
+                                          f"{self._timeout.total_seconds() * 1000:.0f}ms, keys: {key}")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.01)
+        return pickle.loads(self._store.get(key))
+
     def _exchange(self, payload: Any) -> list[Any]:
         """Publish ``payload`` and return every rank's payload, in rank order."""
         self._main_comm()
@@ -249,7 +312,7 @@ class ToyProcessGroup(dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         everyone = self._exchange(input.detach().cpu())
         output.copy_(torch.cat([t.reshape(-1) for t in everyone]).reshape(output.shape))
-        return completed_work(output)
+        return completed_work([output])  # a future holds the list of outputs, as NCCL's and gloo's do
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                     opts: Any = None) -> dist.Work:
@@ -268,7 +331,7 @@ class ToyProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         everyone = self._exchange(input.detach().cpu())
         self._scatter_reduced(output, _reduce(everyone, opts.reduceOp))
-        return completed_work(output)
+        return completed_work([output])  # a future holds the list of outputs, as NCCL's and gloo's do
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> dist.Work:
@@ -327,7 +390,7 @@ class ToyProcessGroup(dist.ProcessGroup):
             start = sum(their_sizes[: self.rank()])
             pieces.append(data[start:start + their_sizes[self.rank()]])
         output.copy_(torch.cat(pieces).reshape(output.shape))
-        return completed_work(output)
+        return completed_work([output])  # a future holds the list of outputs, as NCCL's and gloo's do
 
     def barrier(self, opts: Any = None) -> dist.Work:
         self._exchange(None)
@@ -352,11 +415,12 @@ class ToyProcessGroup(dist.ProcessGroup):
                 "comm"]
 
     def _next(self, src: int, dst: int, tag: int) -> int:
-        n = self._p2p.get((src, dst, tag), 0) + 1
-        while (src, tag, n) in self._taken:
-            n += 1
-        self._p2p[(src, dst, tag)] = n
-        return n
+        with self._claims:
+            n = self._p2p.get((src, dst, tag), 0) + 1
+            while (src, tag, n) in self._taken:
+                n += 1
+            self._p2p[(src, dst, tag)] = n
+            return n
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> dist.Work:
         self._check_peer("send", dst)
@@ -367,9 +431,9 @@ class ToyProcessGroup(dist.ProcessGroup):
         self._store.set(f"any/{dst}/t{tag}/{slot}", pickle.dumps((self.rank(), n)))
         return completed_work(tensors)
 
-    def _deliver(self, tensors: list[torch.Tensor], src: int, tag: int, n: int) -> None:
-        self._taken.add((src, tag, n))
-        received = self._get(f"p2p/{src}->{self.rank()}/t{tag}/{n}")
+    def _deliver(self, tensors: list[torch.Tensor], src: int, tag: int, n: int, posted: bool = False) -> None:
+        key = f"p2p/{src}->{self.rank()}/t{tag}/{n}"
+        received = self._poll(key) if posted else self._get(key)
         for t, r in zip(tensors, received, strict=True):
             if t.shape != r.shape or t.dtype != r.dtype:
                 raise ValueError(f"toyccl rank {self.rank()}: recv from rank {src}: expected {r.dtype}{list(r.shape)} "
@@ -377,18 +441,27 @@ class ToyProcessGroup(dist.ProcessGroup):
             t.copy_(r)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
+        """Post a receive: its message number is taken now, in posting order; the message in a thread."""
         self._check_peer("recv", src)
         self._pair_comm(src)
-        self._deliver(tensors, src, tag, self._next(src, self.rank(), tag))
-        return ToyWork(tensors, src)
+        n = self._next(src, self.rank(), tag)
+
+        def take() -> int:
+            self._deliver(tensors, src, tag, n, posted=True)
+            return src
+
+        return RecvWork(tensors, take)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
-        """Receive the next message announced to this rank with ``tag``, from whichever rank sent it."""
+        """Receive the next message announced to this rank with ``tag``, from whichever rank sent it (at once: its
+        sender, and so its pair communicator, is known only once it matched)."""
         while True:
             self._any[tag] = self._any.get(tag, 0) + 1
             src, n = self._get(f"any/{self.rank()}/t{tag}/{self._any[tag]}")
-            if (src, tag, n) not in self._taken and n > self._p2p.get((src, self.rank(), tag), 0):
-                break
+            with self._claims:
+                if (src, tag, n) not in self._taken and n > self._p2p.get((src, self.rank(), tag), 0):
+                    self._taken.add((src, tag, n))
+                    break
         self._pair_comm(src)
         self._deliver(tensors, src, tag, n)
         return ToyWork(tensors, src)

@@ -152,13 +152,25 @@ class SeqCheckedWithIs(_Named):
         return self._store.get(key)
 
 
+class BlockingIrecv(_Named):
+    """irecv waits for its message before it returns (a receive written synchronously), so a batch_isend_irecv
+    that lists a receive before the send its peer waits for never completes."""
+
+    backend_name = "toyccl_blocking_irecv"
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
+        work = super().recv(tensors, src, tag)
+        work.wait()
+        return work
+
+
 VARIANTS: dict[str, tuple[type[ToyProcessGroup], str, str]] = {
     cls.backend_name: (cls, (cls.__doc__ or "").strip(), requirement)
     for cls, requirement in ((AvgAsSum, "COLL-ALLREDUCE-OPS"), (MinMaxSwapped, "COLL-ALLREDUCE-OPS"),
                              (WrongShard, "COLL-GATHER-SCATTER-ORDER"), (BroadcastFromZero, "COLL-ROOTED"),
                              (BarrierNoWait, "COLL-BARRIER-BLOCKS"), (NarrowIntSum, "COLL-ALLREDUCE-OPS"),
                              (SplitRangeAtSizeOnly, "SPLIT-VALIDATION"), (NoPairComms, "P2P-LAZY-PAIR-COMM"),
-                             (SeqCheckedWithIs, "P2P-DATA"))
+                             (SeqCheckedWithIs, "P2P-DATA"), (BlockingIrecv, "COAL-BATCH-WAIT"))
 }
 # What a variant must declare for its requirement to judge it (toyccl's own declarations that matter there).
 DECLARES: dict[str, str] = {
