@@ -150,21 +150,22 @@ def _integer_avg_case(ctx: CheckContext) -> None:
             expect_exact(ctx, t, list(bases), what)
 
 
+def _sparse_input(rank: int, n: int) -> torch.Tensor:
+    """Rank ``rank``'s dense values for the sparse case: rank + 1 at two coordinates of its own, 1 at a shared one."""
+    dense = torch.zeros(n + 1, 4)
+    dense[rank, rank % 4] = rank + 1
+    dense[rank + 1, (rank + 2) % 4] = rank + 1
+    dense[0, 3] += 1
+    return dense
+
+
 def _sparse_case(ctx: CheckContext) -> None:
     """all_reduce SUM of a sparse COO tensor (rank r holds r + 1 at two coordinates of its own and 1 at a shared
     one): the exact sum, or a refusal naming sparse tensors on every rank (NCCL refuses: 'NCCL does not support
     all_reduce with sparse tensors', ProcessGroupNCCL.cpp allreduce_sparse; gloo sums them, seen on torch 2.13)."""
     n, r = ctx.world_size, ctx.rank
-    dense = torch.zeros(n + 1, 4)
-    dense[r, r % 4] = r + 1
-    dense[r + 1, (r + 2) % 4] = r + 1
-    dense[0, 3] += 1
-    t = dense.to_sparse().to(ctx.device)
-    want = torch.zeros(n + 1, 4)
-    for k in range(n):
-        want[k, k % 4] += k + 1
-        want[k + 1, (k + 2) % 4] += k + 1
-        want[0, 3] += 1
+    t = _sparse_input(r, n).to_sparse().to(ctx.device)
+    want = sum(_sparse_input(k, n) for k in range(n))
     what = f"world: all_reduce SUM of a sparse COO float32[{n + 1}, 4] (rank {r}'s entries r + 1 and one shared 1)"
     if optional_case(ctx, what, lambda: dist.all_reduce(t), ("sparse",), kind="all_reduce of a sparse tensor"):
         expect_exact(ctx, t.to_dense().reshape(-1), want.reshape(-1).tolist(), what)

@@ -39,6 +39,7 @@ BACKEND_NAME = "toyccl"
 LAZY_P2P_WARNING = ("toyccl: send/recv on a group without a device binding creates one communicator per pair of "
                     "ranks; pass device_id to init_process_group to bind a device and reuse the group's")
 
+
 def _fractional(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
 
