@@ -52,6 +52,33 @@ def test_seeded_inputs_are_the_same_in_every_process_and_cover_the_range() -> No
     assert summable.long().abs().max().item() * 4 <= torch.iinfo(torch.int32).max
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8, torch.float32,
+                                   torch.bfloat16, torch.float16])
+def test_narrow_inputs_fill_each_ranks_window_to_both_ends(dtype: torch.dtype) -> None:
+    windows = set()
+    for case_seed in range(40):
+        for rank in range(4):
+            window = data.narrow_window(case_seed, rank)
+            windows.add(window)
+            vals = data.inputs(case_seed, rank, "narrow", dtype, "SUM", 4, 50).double()
+            lo, hi = vals.min().item(), vals.max().item()
+            ends = list(window)
+            if dtype.is_floating_point:  # as the dtype rounds them
+                ends = torch.tensor(window, dtype=torch.float64).to(dtype).double().tolist()
+            assert ends[0] <= lo and hi <= ends[1], (window, lo, hi)
+            # where the dtype holds the window exactly and SUM over 4 ranks stays in range: both ends drawn
+            info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+            if ends == list(window) and info.min <= window[0] * 4 and window[1] * 4 <= info.max:
+                assert (lo, hi) == window, (window, lo, hi)
+        assert data.narrow_window(case_seed, 1) != data.narrow_window(case_seed, 0)
+    assert windows == set(data.NARROW_WINDOWS)
+
+
+def test_narrow_values_apply_to_every_dtype_but_bool() -> None:
+    assert gc.values_apply("narrow", torch.int8) and not gc.values_apply("narrow", torch.bool)
+    assert not gc.values_apply("unsigned high", torch.int64) and gc.values_apply("extremes", torch.bool)
+
+
 def test_float_tolerance_admits_any_summation_order_and_rejects_a_dropped_rank() -> None:
     columns = [data.inputs(3, r, "full range", torch.bfloat16, "SUM", 8, 4096) for r in range(8)]
     want = data.reduce(columns, "SUM", torch.bfloat16)

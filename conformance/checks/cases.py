@@ -45,10 +45,18 @@ LARGE_SAMPLE_MAX_BYTES = 16 * MIB + 7
 INT_DTYPES = (torch.int64, torch.int32, torch.int8, torch.uint8)
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
-# Value kinds of generated cases ("unsigned high" applies to uint8 only). "small" (exact small integers, as
-# the hand-picked cases use) is no plan's value: only what the shrinker tries. So every generated case
-# carries its dtype's extremes or whole range, and each op x dtype pair meets them.
-VALUE_KINDS = ("extremes", "full range", "unsigned high")
+# Value kinds of generated cases ("unsigned high" applies to uint8 only, "narrow" to every dtype but bool).
+# "small" (exact small integers, as the hand-picked cases use) is no plan's value: only what the shrinker tries.
+# So every generated case carries its dtype's extremes or whole range, or every value of a tensor lies in one
+# narrow window at a smaller type's edge (data.NARROW_WINDOWS), and each dtype meets each kind.
+VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow")
+
+
+def values_apply(kind: str, dtype: torch.dtype) -> bool:
+    """Whether value kind ``kind`` means something for ``dtype``: bool has one range."""
+    if kind == "unsigned high":
+        return dtype == torch.uint8
+    return kind != "narrow" or dtype != torch.bool
 CONTIGUOUS_LAYOUTS = ("flat", "N-D", "offset")
 NONCONTIGUOUS_LAYOUTS = ("strided", "transposed")
 

@@ -50,13 +50,31 @@ def _float_exponents(dtype: torch.dtype, op: str | None, n: int) -> tuple[int, i
     return low, top - n.bit_length() - 1
 
 
-def draw(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, seed: int) -> torch.Tensor:
-    """``count`` values of ``dtype`` of value kind ``kind``, safe to reduce by ``op`` over ``n`` ranks (CPU)."""
+# "narrow" windows: every value of a tensor lies in one of these (both ends present, clipped to what the op
+# keeps in range), at the edge of a smaller type (uint8, int8, uint16, int16, int32; bfloat16's and float16's
+# exact integers) or all zero or all one value: what a backend sees that compacts a payload whose values fit
+# a smaller type, or skips or folds a constant one, and a one-off guard of such a shortcut shows at the edge
+NARROW_WINDOWS = ((0, 0), (7, 7), (0, 1), (0, 255), (0, 256), (-128, 127), (-129, 128), (0, 65535),
+                  (0, 65536), (-32768, 32767), (-2048, 2048), (-2**31, 2**31 - 1), (-2**31 - 1, 2**31))
+
+
+def narrow_window(case_seed: int, rank: int) -> tuple[int, int]:
+    """Rank ``rank``'s window in a "narrow" case: the ranks of a case take consecutive windows (a backend
+    decides how to ship each rank's payload alone), so one case at world size 4 tries four of them."""
+    return NARROW_WINDOWS[(stable_seed(case_seed, "narrow") + rank) % len(NARROW_WINDOWS)]
+
+
+def draw(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, seed: int,
+         window: tuple[int, int] = (0, 0)) -> torch.Tensor:
+    """``count`` values of ``dtype`` of value kind ``kind``, safe to reduce by ``op`` over ``n`` ranks (CPU);
+    a "narrow" kind's values lie in ``window``."""
     g = torch.Generator().manual_seed(seed)
     if dtype == torch.bool:
         return torch.randint(0, 2, (count,), generator=g).bool()
     if kind == "small" or count == 0:
         return _draw_small(dtype, op, count, g)
+    if kind == "narrow":
+        return _draw_narrow(dtype, op, n, count, window, g)
     if not dtype.is_floating_point:
         return _draw_int(kind, dtype, op, n, count, g)
     return _draw_float(kind, dtype, op, n, count, g)
@@ -70,6 +88,23 @@ def _draw_small(dtype: torch.dtype, op: str | None, count: int, g: torch.Generat
         return vals.abs().to(dtype) if dtype == torch.uint8 else vals.to(dtype)
     low = 1 if dtype == torch.uint8 else -4
     return torch.randint(low, 9 if dtype == torch.uint8 else 5, (count,), generator=g).to(dtype)
+
+
+def _draw_narrow(dtype: torch.dtype, op: str | None, n: int, count: int, window: tuple[int, int],
+                 g: torch.Generator) -> torch.Tensor:
+    """Integers in ``window`` clipped to the op's safe range, its top and bottom first (then uniform)."""
+    if dtype.is_floating_point:
+        top = 2.0 ** _float_exponents(dtype, op, n)[1]
+        lo, hi = max(window[0], -top), min(window[1], top)
+        lo, hi = math.ceil(lo), math.floor(hi)
+    else:
+        safe_lo, safe_hi = _int_range(dtype, op, n)
+        lo, hi = max(window[0], safe_lo), min(window[1], safe_hi)
+    if lo > hi:  # a window wholly outside the safe range: its nearest safe value
+        lo = hi = min(max(window[0], lo), hi)
+    vals = _randint(lo, hi, count, g)
+    vals[: min(2, count)] = torch.tensor([hi, lo][: min(2, count)])
+    return vals.to(dtype)
 
 
 def _draw_int(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, g: torch.Generator) -> torch.Tensor:
@@ -120,7 +155,7 @@ def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | N
     """Rank ``rank``'s input for a case: every rank draws the same tensor for it. uint8 "unsigned high"
     values lie above 127 on even ranks and below 128 on odd ones, so reductions compare and carry across
     the sign bit a signed reading would see."""
-    vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
+    vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank), narrow_window(case_seed, rank))
     if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:
         vals = vals - 128
     return vals
