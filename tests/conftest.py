@@ -12,6 +12,7 @@ wins.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -32,11 +33,28 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.maxschedchunk = XDIST_CHUNK
 
 
+# Modules that test the suite's own machinery (the mutation harness, signals and interrupted reports, xdist report
+# writing, vendor-import isolation, the CLI's argument checks, the rank pools, report rendering, the spec loader,
+# the check-source rules, CI's own pin and README): what they judge is ours, not torch's, and the simulator they
+# drive is judged on the newest torch by CI's stage 2 run and by the items left unmarked. Marked ``harness``;
+# CI's stage 2 (.ci/run) leaves them out; on another torch run them with `pytest tests -m harness` in its venv.
+HARNESS_MODULES = frozenset({
+    "test_mutation.py", "test_interrupts.py", "test_xdist_reports.py", "test_certify_import.py", "test_cli.py",
+    "test_bad_input.py", "test_torch_pin.py", "test_readme.py", "test_spec.py", "test_check_rules.py",
+    "test_runner_faults.py", "runner/test_pool.py", "runner/test_hangs.py", "runner/test_messages.py",
+    "report/test_expectations.py", "report/test_judged.py", "report/test_records.py", "report/test_report.py"})
+TESTS = Path(__file__).parent
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the longest items first, so that pytest-xdist's workers finish together instead of one of them
-    starting the defect matrix (tens of seconds) while the other runs out of work: items marked ``slow``,
-    then those of modules that start processes with ``subprocess`` (seconds each), then the rest, each in
-    collection order."""
+    """Mark the items of ``HARNESS_MODULES`` ``harness``. Run the longest items first, so that pytest-xdist's
+    workers finish together instead of one of them starting the defect matrix (tens of seconds) while the
+    other runs out of work: items marked ``slow``, then those of modules that start processes with
+    ``subprocess`` (seconds each), then the rest, each in collection order."""
+    for item in items:
+        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in HARNESS_MODULES:
+            item.add_marker(pytest.mark.harness)
+
     def cost(item: pytest.Item) -> int:
         if item.get_closest_marker("slow"):
             return 0

@@ -25,6 +25,21 @@ def test_every_plan_hits_every_boundary_value(world_size: int) -> None:
     assert not missed
 
 
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_every_kind_meets_the_empty_size_and_every_root_a_large_one(world_size: int) -> None:
+    from conformance.checks import coalescing_cases, collective_cases
+
+    for plan, dim in ((collective_cases.ALL_REDUCE, "op"), (collective_cases.GATHER, "kind"),
+                      (collective_cases.IN_PLACE, "kind"), (collective_cases.ALLTOALL, "splits"),
+                      (coalescing_cases.PLAN, "kind")):
+        cases = plan.cases(Generation(budget=0), world_size)
+        assert {(c[dim], c["size"]) for c in cases if c["size"] in gc.TINY} == {
+            (v, size) for v in plan.dims[dim] for size in gc.TINY}, plan.name
+    rooted = collective_cases.rooted_plan(world_size, True).cases(Generation(budget=0), world_size)
+    assert {(c["kind"], c["root"]) for c in rooted if c["size"] == "64KiB+1e"} == {
+        (kind, root) for kind in ("broadcast", "reduce") for root in range(world_size)}
+
+
 def test_cases_depend_on_seed_and_world_size_only() -> None:
     plan = plans(4)["COLL-ALLREDUCE-OPS"][0][0]
     first = plan.cases(Generation(seed=5, budget=3), 4)
@@ -70,8 +85,12 @@ def test_narrow_inputs_fill_each_ranks_window_to_both_ends(dtype: torch.dtype) -
             info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
             if ends == list(window) and info.min <= window[0] * 4 and window[1] * 4 <= info.max:
                 assert (lo, hi) == window, (window, lo, hi)
-        assert data.narrow_window(case_seed, 1) != data.narrow_window(case_seed, 0)
+        first = data.inputs(case_seed, 0, "narrow", dtype, "SUM", 4, 50)
+        same = all(torch.equal(first, data.inputs(case_seed, r, "narrow", dtype, "SUM", 4, 50)) for r in (1, 3))
+        assert same == data.replicated(case_seed)
+        assert (data.narrow_window(case_seed, 1) == data.narrow_window(case_seed, 0)) == data.replicated(case_seed)
     assert windows == set(data.NARROW_WINDOWS)
+    assert 8 <= sum(map(data.replicated, range(40))) <= 20  # about every third case
 
 
 def test_narrow_values_apply_to_every_dtype_but_bool() -> None:

@@ -50,6 +50,8 @@ FD_SLACK = 1  # fds a process may hold more after two more worlds came and went 
 FD_WAIT_S = 2.0  # how long the fds of destroyed worlds may take to be closed
 BOOL_HINT_SPELLINGS = ("True", "FALSE")  # valid spellings of a boolean hint beyond the lower-case ones
 FUTURE_WAIT_S = 2.0  # how long a completed Work's future may take to be marked done
+LATE_S = 0.5  # how late (after a barrier) a peer joins where a Work must not say it is done before it
+LONG_TIMEOUT = timedelta(days=1)  # a group timeout of a long job (whole days, no seconds part)
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
@@ -259,30 +261,56 @@ def _expect_success(ctx: CheckContext, what: str, work: dist.Work) -> None:
 
 
 def _p2p_works(ctx: CheckContext) -> None:
-    """An isend/irecv pair between the first and the last rank: both works succeed once waited, the data exact."""
+    """An isend/irecv pair between the first and the last rank, the send posted ``LATE_S`` after the receive:
+    the irecv's is_completed() is False at once (its message is not sent yet: a Work that says done before its
+    data is there lets a poller read the buffer early), then both works succeed once waited, the data exact."""
     n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    dist.barrier()
     if n < 2 or ctx.rank not in (first, last):
         return
     t = torch.full((3,), 7.0, device=ctx.device) if ctx.rank == first else torch.zeros(3, device=ctx.device)
     what = f"isend to rank {last}" if ctx.rank == first else f"irecv from rank {first}"
+    if ctx.rank == first:
+        time.sleep(LATE_S)
+    start = time.monotonic()
     work = dist.isend(t, dst=last) if ctx.rank == first else dist.irecv(t, src=first)
+    if ctx.rank == last:
+        _not_done_yet(ctx, f"{what} (sent {LATE_S} s later)", work, start)
     ctx.expect_equal(f"{what}: work.wait(timeout={ctx.timeout_s} s)", True,
                      work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
     _expect_success(ctx, what, work)
     expect_exact(ctx, t, [7.0] * 3, f"{what}: the tensor after wait()")
 
 
+def _not_done_yet(ctx: CheckContext, what: str, work: dist.Work, start: float) -> None:
+    """An op whose peer joins ``LATE_S`` after a barrier (``start``: just after it): where the call returned well
+    before then (within half of it), work.is_completed() must be False at once; a call that blocked until the
+    peer came (a backend whose async ops run in the call) is noted, not judged."""
+    took = time.monotonic() - start
+    if took >= LATE_S / 2:
+        ctx.note(f"{what}: the call returned after {took:.2f} s (it waited for the peer): is_completed() at once "
+                 "not judged")
+        return
+    ctx.expect_equal(f"{what}: work.is_completed() at once (the call returned after {took:.2f} s)", False,
+                     work.is_completed())
+
+
 def _zero_timeout_waits(ctx: CheckContext) -> None:
     """work.wait(timedelta(0)) means no timeout (c10d's kNoTimeout is 0 ms): on an all_reduce whose last rank
-    joins 0.3 s late it waits for the op and returns True, with the exact sum."""
+    joins ``LATE_S`` late it waits for the op and returns True, with the exact sum; before that, on the other
+    ranks, is_completed() is False at once (the op cannot have run without the last rank)."""
     n = ctx.world_size
     t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    dist.barrier()
     if ctx.rank == n - 1:
-        time.sleep(0.3)
+        time.sleep(LATE_S)
+    start = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
+    if ctx.rank != n - 1:
+        _not_done_yet(ctx, f"all_reduce (rank {n - 1} joins {LATE_S} s late)", work, start)
     ctx.expect_equal("all_reduce (the last rank 0.3 s late): work.wait(timeout=timedelta(0)), no timeout", True,
                      work.wait(timeout=timedelta(0)))
-    expect_exact(ctx, t, [float(n * (n + 1) // 2)] * 4, "all_reduce (the last rank 0.3 s late): output after "
+    expect_exact(ctx, t, [float(n * (n + 1) // 2)] * 4, f"all_reduce (the last rank {LATE_S} s late): output after "
                  "wait(timedelta(0))")
 
 
@@ -302,6 +330,7 @@ def boundary_accepted(ctx: CheckContext) -> None:
         elif ctx.rank == last:
             dist.recv(t, src=first, tag=tag)
             expect_exact(ctx, t, [float(tag % 1000 + 1)] * 3, f"recv from rank {first} with tag {tag}")
+    _long_timeout(ctx)
     if "options" not in ctx.target.capabilities:
         return
     edges: list[dict[str, Any]] = [{"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4},
@@ -317,6 +346,32 @@ def boundary_accepted(ctx: CheckContext) -> None:
         expect_allreduce_members(ctx, edged, list(range(n)), f"new_group with options {fields}")
         if "hints" not in fields:  # a hint's effective form is the stack's (parsed, renamed): accepted is the point
             expect_options(ctx, edged, f"new_group with options {fields}", fields)
+
+
+def _long_timeout(ctx: CheckContext) -> None:
+    """A group made with a timeout of ``LONG_TIMEOUT`` (a valid value: long jobs set hours or days) works where a
+    wait is needed: an all_reduce whose last rank joins ``LATE_S`` late, and a recv by the last rank from the
+    first, which sends ``LATE_S`` late, give exact data (a backend that reads the timeout's seconds field only
+    waits 0 s). The group's timeout is the subject, so it is not capped to the check's (``ctx.new_group``): a
+    backend that hangs here is stopped by the runner, naming the hung rank."""
+    n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    group = dist.new_group(list(range(n)), timeout=LONG_TIMEOUT)
+    what = f"on a group with timeout {LONG_TIMEOUT}"
+    t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    dist.barrier()
+    if ctx.rank == last:
+        time.sleep(LATE_S)
+    dist.all_reduce(t, group=group)
+    expect_exact(ctx, t, [float(n * (n + 1) // 2)] * 4, f"all_reduce {what}, rank {last} {LATE_S} s late")
+    if n < 2 or ctx.rank not in (first, last):
+        return
+    t = torch.full((3,), 5.0, device=ctx.device) if ctx.rank == first else torch.zeros(3, device=ctx.device)
+    if ctx.rank == first:
+        time.sleep(LATE_S)
+        dist.send(t, dst=last, group=group)
+    else:
+        dist.recv(t, src=first, group=group)
+        expect_exact(ctx, t, [5.0] * 3, f"recv from rank {first} {what}, sent {LATE_S} s late")
 
 
 @check("API-NONMEMBER-CREATES-NOTHING")

@@ -11,6 +11,7 @@ environment the rank processes inherit (``Generation.from_env``); the report rec
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -37,6 +38,7 @@ SIZE_BOUNDARIES: tuple[tuple[str, int, int], ...] = (  # (label, bytes, tail in 
     ("64KiB+1e", 64 * KIB, 1), ("1MiB+1e", MIB, 1), ("4MiB+3e", 4 * MIB, 3),
 )
 BIG_LABELS = ("1MiB+1e", "4MiB+3e")  # the costly ones: in a plan's boundary cases only where it says so
+TINY = ("0", "1")  # the sizes every kind of a plan meets (a count divided by, a shape indexed, a loop not run)
 # Sampled sizes reach this at the default budget, and past the largest boundary, to LARGE_SAMPLE_MAX_BYTES,
 # with a larger budget (a longer run).
 SAMPLE_MAX_BYTES = MIB + 7
@@ -58,7 +60,7 @@ def values_apply(kind: str, dtype: torch.dtype) -> bool:
         return dtype == torch.uint8
     return kind != "narrow" or dtype != torch.bool
 CONTIGUOUS_LAYOUTS = ("flat", "N-D", "offset")
-NONCONTIGUOUS_LAYOUTS = ("strided", "transposed")
+NONCONTIGUOUS_LAYOUTS = ("strided", "transposed", "channels_last")
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,12 @@ def show(value: Any) -> str:
 Valid = Callable[[dict[str, Any]], bool]
 
 
+def _dims_first(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A pairwise entry with its first member as a tuple of dimensions."""
+    first, *rest = entry
+    return ((first,) if isinstance(first, str) else tuple(first), *rest)
+
+
 @dataclass
 class Plan:
     """Dimensions with their boundary values; ``valid`` filters combinations (an op a dtype lacks).
@@ -153,7 +161,10 @@ class Plan:
     samplers: dict[str, Callable[[random.Random, Generation], Any]] = field(default_factory=dict)
     core: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     alone: tuple[Any, ...] = BIG_LABELS
-    pairwise: tuple[tuple[str, str], ...] = ()  # dimension pairs whose every valid value pair is a boundary case
+    # dimension pairs whose every valid value pair is a boundary case; a third entry narrows the second
+    # dimension to those values (every kind with the empty size); a first entry that is a tuple of dimensions
+    # pairs every combination of theirs (every kind from every root with a size past 64 KiB)
+    pairwise: tuple[tuple[Any, ...], ...] = ()
 
     def cases(self, gen: Generation, world_size: int) -> list[Case]:
         """Every boundary value of every dimension at least once, packed: each case takes the next pending
@@ -162,8 +173,10 @@ class Plan:
         rng = random.Random(stable_seed(gen.seed, world_size, self.name))
         pending = {d: [v for v in rng.sample(values, len(values)) if v not in self.alone]
                    for d, values in self.dims.items()}
-        pairs = [((a, va), (b, vb)) for a, b in self.pairwise for va in self.dims[a] for vb in self.dims[b]
-                 if va not in self.alone and vb not in self.alone]
+        pairs = [(*zip(a, va), (b, vb)) for a, b, *only in map(_dims_first, self.pairwise)
+                 for va in itertools.product(*(self.dims[d] for d in a))
+                 for vb in (only[0] if only else self.dims[b])
+                 if vb not in self.alone and not any(v in self.alone for v in va)]
         pairs = rng.sample(pairs, len(pairs))
         combos: list[dict[str, Any]] = []
         while any(pending.values()) or pairs:

@@ -42,7 +42,7 @@ PLAN = Plan("coalesced block", {
     valid=_valid, samplers={"size": gc.sample_size},
     core={"op": ("SUM", "MAX"), "dtype mix": ("float32", "int64"), "count": (1, 2, 9)},
     # each kind has its own coalesced path
-    pairwise=(("kind", "count"), ("kind", "dtype mix"), ("kind", "placement")))
+    pairwise=(("kind", "count"), ("kind", "dtype mix"), ("kind", "placement"), ("kind", "size", gc.TINY)))
 
 
 def _gap_values(total: int, dtype: torch.dtype, rank: int) -> torch.Tensor:

@@ -59,13 +59,14 @@ def _valid(d: dict[str, Any]) -> bool:
 
 # The other dimensions of a boundary case are drawn from these: the ops and dtypes every backend must run,
 # and no MiB size (each of those runs once, as its own boundary case: they cost the most).
-CORE = {"op": ("SUM", "MAX"), "dtype": REQUIRED_DTYPES, "size": gc.sizes(big=False)}
+CORE = {"op": ("SUM", "MAX"), "dtype": REQUIRED_DTYPES, "size": gc.sizes(big=False),
+        "values": ("extremes", "full range")}  # a free value kind carries the dtype's range; "narrow" has its pairs
 
 
 DTYPE_VALUES = (("dtype", "values"),)  # every dtype with every value kind: its range, extremes, high bits
 
 
-def _plan(name: str, big: bool, pairwise: tuple[tuple[str, str], ...] = DTYPE_VALUES,
+def _plan(name: str, big: bool, pairwise: tuple[tuple[Any, ...], ...] = DTYPE_VALUES,
           valid: Callable[[dict[str, Any]], bool] = _valid, **dims: tuple[Any, ...]) -> Plan:
     base = {"dtype": gc.ALL_DTYPES, "size": gc.sizes(big), "values": gc.VALUE_KINDS}
     return Plan(name, {**dims, **base}, valid=valid, samplers={"size": gc.sample_size}, core=CORE,
@@ -75,16 +76,18 @@ def _plan(name: str, big: bool, pairwise: tuple[tuple[str, str], ...] = DTYPE_VA
 ALL_OPS = tuple(ref.REDUCE_OPS)
 # all_reduce: every op with every dtype (each case carries extremes or the whole range: a narrow accumulator
 # shows in SUM, a signedness bug in MIN/MAX) and every dtype with every value kind
-ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), *DTYPE_VALUES), op=ALL_OPS,
+ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), *DTYPE_VALUES, ("op", "size", gc.TINY)), op=ALL_OPS,
                    layout=gc.CONTIGUOUS_LAYOUTS)
 # each kind with every layout of its input and its output, and every dtype with every value kind
-GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES),
+GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES,
+                                                ("kind", "size", gc.TINY)),
                kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
                in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
 # the same kinds in place, as FSDP calls them: all_gather_into_tensor's input is this rank's slot of the output,
 # all_gather's is its own tensor of the output list, reduce_scatter_tensor's output is this rank's shard of the
 # input (NCCL: in place when sendbuff == recvbuff + rank * count); a plan of its own, so GATHER's cases stay
-IN_PLACE = _plan("gather/reduce_scatter in place", False, (("kind", "out_layout"), *DTYPE_VALUES),
+IN_PLACE = _plan("gather/reduce_scatter in place", False, (("kind", "out_layout"), *DTYPE_VALUES,
+                                                          ("kind", "size", gc.TINY)),
                  kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
                  out_layout=gc.CONTIGUOUS_LAYOUTS)
 NONCONTIGUOUS = Plan("non-contiguous", {
@@ -93,7 +96,8 @@ NONCONTIGUOUS = Plan("non-contiguous", {
     "op": ("SUM", "MAX"), "dtype": (torch.float32, torch.int64, torch.bfloat16), "size": gc.sizes(big=False),
     "values": ("extremes", "full range")},
     valid=lambda d: ("flat" not in (d["in_layout"], d["out_layout"]) or d["in_layout"] != d["out_layout"])
-    and op_matters(d) and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE)
+    and op_matters(d) and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE,
+    pairwise=(("kind", "in_layout"),))
 # a strided (every other element) input and output too: a backend that stages a non-contiguous output must
 # copy the result back into it (or refuse it naming contiguity)
 # "by sender": each member sends every member the same number of rows (its own), and passes no input split sizes
@@ -104,7 +108,8 @@ BY_SENDER, BY_RECEIVER = "by sender, input splits omitted", "by receiver, output
 # The shape of one row of all_to_all_single's tensors: split sizes count rows of dim 0 (an MoE layer passes
 # [tokens, hidden]), so a row holds prod(row) elements
 ROWS = ((), (3,), (2, 3))
-ALLTOALL = _plan("all_to_all_single", False, splits=("even", "uneven", "zeros", "all to one"), row=ROWS,
+ALLTOALL = _plan("all_to_all_single", False, (*DTYPE_VALUES, ("splits", "size", gc.TINY)),
+                 splits=("even", "uneven", "zeros", "all to one"), row=ROWS,
                  in_layout=(*gc.CONTIGUOUS_LAYOUTS, "strided"), out_layout=(*gc.CONTIGUOUS_LAYOUTS, "strided"))
 # One side's split sizes omitted, on contiguous tensors (strided ones are ALLTOALL's, with explicit splits): a plan
 # of its own, so that ALLTOALL's cases stay as they were. gloo 2.13 refuses a strided tensor on one rank alone when
@@ -115,9 +120,11 @@ ALLTOALL_OMITTED = _plan("all_to_all_single, split sizes omitted", False, splits
 
 
 def rooted_plan(n: int, big: bool) -> Plan:
-    """broadcast and reduce from every group rank, named by global rank (src/dst) or group rank."""
+    """broadcast and reduce from every group rank, named by global rank (src/dst) or group rank; each from
+    every root with a size past 64 KiB too (where a backend's large-message path may handle roots its own way)."""
     return _plan(f"rooted ({n} ranks)", big, (("kind", "root"), ("kind", "root_api"), ("kind", "layout"),
-                                              *DTYPE_VALUES),
+                                              *DTYPE_VALUES, ("kind", "size", gc.TINY),
+                                              (("kind", "root"), "size", ("64KiB+1e",))),
                  kind=("broadcast", "reduce"), op=ALL_OPS, root=tuple(range(n)),
                  root_api=("global", "group"), layout=gc.CONTIGUOUS_LAYOUTS)
 

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from conformance.checks.cases import Case, Plan
+from conformance.checks.collective_cases import refusal_names
 from conformance.checks.common import (
     PEER_SLACK_S,
     TIMEOUT_NEEDLE,
@@ -52,9 +53,22 @@ from conformance.targets.base import WorldSpec
 
 GROUP_WAIT_S = 1.0  # the timeout of each refusal case's group: a peer that waits instead fails after this long
 ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
+# What a wait on a peer that never comes raises: a RuntimeError, as torch's own distributed errors are (DistError,
+# DistBackendError, DistStoreError derive from it; gloo: RuntimeError 'Timed out waiting ...', seen), so that the
+# user's `except RuntimeError` (or `except dist.DistError` where the backend raises torch's) catches it; Python's
+# builtin TimeoutError is an OSError and slips past both
+DIST_ERRORS: tuple[type[BaseException], ...] = (RuntimeError,)
 BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
             "all_to_all_single: split sum")
 BAD_TENSORS = ("all_to_all_single: rows differ", "all_to_all_single: 0-dim input")  # input and output do not fit
+# A bitwise reduction of a floating tensor has no meaning: gloo refuses it on every rank ('Cannot use ReduceOp.BOR
+# with non-integral dtype', seen on torch 2.13.0 for all_reduce, reduce and reduce_scatter_tensor, float32 and
+# bfloat16), NCCL has no bitwise reduction at all (ProcessGroupNCCL.cpp getNcclReduceOp: 'Cannot use ReduceOp.BAND
+# with NCCL', read in a recent copy, version not pinned). Each
+# op meets each reducing collective and every floating dtype across these; every rank calls it.
+BAD_OPS = ("all_reduce: BOR of float32", "reduce: BAND of bfloat16", "reduce_scatter_tensor: BXOR of float16",
+           "all_reduce: BXOR of float64", "reduce: BOR of float32", "reduce_scatter_tensor: BAND of float32")
+_FLOATS = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 MISMATCHES = ("op", *ROOTED, "dtype", "size", "all_to_all_single splits", "all_to_all shapes")
 
@@ -69,8 +83,8 @@ def bad_args_plan(n: int) -> Plan:
     # A tensor pair that does not fit is also a disagreement with valid peers, which a backend that compares
     # calls refuses as such: only the same wrong call on every rank reaches the backend's own argument check,
     # so those two calls get a boundary case of their own, on every rank (one rank among the samples).
-    return Plan("bad-args", {"call": BAD_ARGS + BAD_TENSORS, "wrong on": ("every rank", *_ranks(n))},
-                core={"wrong on": ("every rank",)}, alone=BAD_TENSORS)
+    return Plan("bad-args", {"call": BAD_ARGS + BAD_TENSORS + BAD_OPS, "wrong on": ("every rank", *_ranks(n))},
+                core={"wrong on": ("every rank",)}, alone=BAD_TENSORS + BAD_OPS)
 
 
 def mismatch_plan(n: int) -> Plan:
@@ -121,9 +135,33 @@ def _control_all_to_all(ctx: CheckContext, group: dist.ProcessGroup | None = Non
                      [float(100 * j + ctx.rank) for j in range(ctx.world_size)], out[:ctx.world_size].tolist())
 
 
+def _control_reduce(ctx: CheckContext, group: dist.ProcessGroup | None = None,
+                    what: str = "positive control") -> None:
+    mine = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
+    dist.all_reduce(mine, group=group)
+    ctx.expect_equal(f"all_reduce SUM of float32 ({what})", [float(sum(range(1, ctx.world_size + 1)))] * 3,
+                     mine.tolist())
+
+
+def _bitwise_on_float(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callable[[], Any]:
+    """``kind`` ("<collective>: <op> of <dtype>") on this rank: a bitwise reduction of a floating tensor."""
+    collective, rest = kind.split(": ")
+    op_name, dtype_name = rest.split(" of ")
+    op, dtype, n = getattr(dist.ReduceOp, op_name), _FLOATS[dtype_name], ctx.world_size
+    mine = torch.tensor([3.5, 6.25] * n, dtype=dtype, device=ctx.device) * (ctx.rank + 1)
+    if collective == "all_reduce":
+        return lambda: dist.all_reduce(mine, op=op, group=group)
+    if collective == "reduce":
+        return lambda: dist.reduce(mine, dst=n - 1, op=op, group=group)
+    shard = torch.zeros(2, dtype=dtype, device=ctx.device)
+    return lambda: dist.reduce_scatter_tensor(shard, mine, op=op, group=group)
+
+
 def _bad_call(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callable[[], Any]:
     """The call with wrong arguments of ``kind`` on this rank."""
     n = ctx.world_size
+    if kind in BAD_OPS:
+        return _bitwise_on_float(ctx, kind, group)
     if kind in ("all_gather: too few outputs", "all_gather: too many outputs"):
         outs, inp = _gather_lists(ctx, n - 1 if "few" in kind else n + 3)
         return lambda: dist.all_gather(outs, inp, group=group)
@@ -144,6 +182,10 @@ def _bad_call(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callabl
 def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
     """What the refusal of the rank with wrong arguments must name."""
     n = ctx.world_size
+    if kind in BAD_OPS:  # the op or the dtype (or that it is not an integer one), in any of their spellings
+        op_name, dtype_name = kind.split(": ")[1].split(" of ")
+        return ((op_name, op_name.lower(), {"BAND": "bitwise_and", "BOR": "bitwise_or", "BXOR": "bitwise_xor"}[op_name],
+                 *refusal_names(None, _FLOATS[dtype_name]), "integral", "integer", "floating"),)
     if kind.startswith("all_gather"):  # the group size and the number of outputs given
         return (("output", "tensor list"), str(n), str(n - 1 if "few" in kind else n + 3))
     if kind == "all_to_all_single: split count":  # gloo: "Number of tensor splits not equal to group size"
@@ -154,6 +196,23 @@ def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
     # at gloo/alltoall.cc:30] in->size == out->size" (seen, both kinds); the simulator: "input float32[2,2] and
     # output float32[2,3] differ beyond dim 0", "needs tensors with at least one dimension"
     return (("size", "shape", "differ", "dimension"),)
+
+
+def _valid_call(ctx: CheckContext, op: str, group: dist.ProcessGroup) -> Callable[[], Any]:
+    """``op`` with valid arguments (float32, SUM where it reduces), async: returns its Work."""
+    n = ctx.world_size
+    if op == "all_gather":
+        outs, inp = _gather_lists(ctx, n)
+        return lambda: dist.all_gather(outs, inp, group=group, async_op=True)
+    if op == "all_to_all_single":
+        out, inp, splits = _a2a_args(ctx, None)
+        return lambda: dist.all_to_all_single(out[:n], inp, splits, splits, group=group, async_op=True)
+    mine = torch.ones(2 * n, device=ctx.device)
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(mine, group=group, async_op=True)
+    if op == "reduce":
+        return lambda: dist.reduce(mine, dst=n - 1, group=group, async_op=True)
+    return lambda: dist.reduce_scatter_tensor(torch.zeros(2, device=ctx.device), mine, group=group, async_op=True)
 
 
 def _bad_args_case(ctx: CheckContext, case: Case) -> None:
@@ -167,25 +226,21 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
             # a refusal changes nothing (NCCL's ArgsCheck and c10d's checks run before anything is enqueued): the
             # same group then runs the op with valid arguments, as a backend that advanced a counter or made state
             # for the refused call does not
-            control = _control_all_gather if op == "all_gather" else _control_all_to_all
+            control, control_op = {"all_gather": (_control_all_gather, op),
+                                   "all_to_all_single": (_control_all_to_all, op)}.get(op, (_control_reduce,
+                                                                                              "all_reduce"))
             after = f"{case.describe()}: the same group after every rank's call was refused"
             try:
                 control(ctx, group, after)
             except CheckFailed:
                 raise
             except Exception as exc:  # noqa: BLE001 - the finding: a refused call left the group unusable
-                raise CheckFailed(f"rank {ctx.rank}: {after}: {op} with valid arguments raised "
+                raise CheckFailed(f"rank {ctx.rank}: {after}: {control_op} with valid arguments raised "
                                   f"{type(exc).__name__}: {exc}") from None
         return
     # A peer with valid arguments: the op must not complete for it either.
-    if op == "all_gather":
-        outs, inp = _gather_lists(ctx, ctx.world_size)
-        call: Callable[[], Any] = lambda: finish_work(ctx, op, dist.all_gather(outs, inp, group=group,  # noqa: E731
-                                                                          async_op=True))
-    else:
-        out, inp, splits = _a2a_args(ctx, None)
-        call = lambda: finish_work(ctx, op, dist.all_to_all_single(  # noqa: E731
-            out[:ctx.world_size], inp, splits, splits, group=group, async_op=True))
+    valid = _valid_call(ctx, op, group)
+    call: Callable[[], Any] = lambda: finish_work(ctx, op, valid())  # noqa: E731
     # gloo: a peer whose wait timed out closes its connections, and the others then read "Connection closed by
     # peer" (seen on 2.13.0 at world size 4) before their own timeout: an error about the op all the same
     expect_peer_raises(ctx, f"{case.describe()}: a peer with valid arguments", call,
@@ -381,7 +436,7 @@ def absent_peer(ctx: CheckContext) -> None:
     for case, start, wait in issued:
         absent = case["absent rank"]
         found.case(expect_peer_raises, ctx, f"{case.describe()}: {case['op']} that rank {absent} never joins", wait,
-                   ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
+                   ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start, kinds=DIST_ERRORS)
     if any_wait is not None:
         found.case(_recv_raises, ctx, f"recv from any source on a group of the check's world ({default_mode(ctx)} "
                    "init), which no rank sends to", any_wait, _any_peer(ctx), any_start)
@@ -406,7 +461,8 @@ def _absent_on_file_store(ctx: CheckContext, found: Findings) -> None:
             start = time.monotonic()
             wait = _issue(ctx, "all_reduce", group, absent)
             found.case(expect_peer_raises, ctx, f"all_reduce that rank {absent} never joins, on a FileStore world "
-                       "(lazy init)", wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start)
+                       "(lazy init)", wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start,
+                       kinds=DIST_ERRORS)
         dist.barrier()
 
 
@@ -476,7 +532,7 @@ def _any_peer(ctx: CheckContext) -> Needle:
 def _recv_raises(ctx: CheckContext, what: str, wait: Callable[[], None], peer_named: Needle, start: float) -> None:
     """``wait`` must raise within the group's timeout plus slack: a timeout (as in the collective cases), or
     another error naming the recv and the peer."""
-    expect_raises(ctx, what, wait, contains=("recv", peer_named), timeout_contains=(TIMEOUT_NEEDLE,))
+    expect_raises(ctx, what, wait, DIST_ERRORS, contains=("recv", peer_named), timeout_contains=(TIMEOUT_NEEDLE,))
     took = time.monotonic() - start
     limit = ABSENT_WAIT_S + (ctx.target.traits.p2p_wait_timeout_s or 0.0) + PEER_SLACK_S
     ctx.expect(took <= limit, f"{what}: seconds until the error", f"<= {limit}", round(took, 1))

@@ -210,11 +210,12 @@ def finish_work(ctx: CheckContext, what: str, work: dist.Work) -> None:
 
 
 def expect_peer_raises(ctx: CheckContext, what: str, fn: Callable[[], Any], names: tuple[Needle, ...],
-                       timeout_s: float, start: float | None = None, slack_s: float = PEER_SLACK_S) -> None:
-    """``fn`` must raise, naming ``names`` or as a timeout, within ``timeout_s`` plus ``slack_s`` of ``start``
-    (default: now): never return."""
+                       timeout_s: float, start: float | None = None, slack_s: float = PEER_SLACK_S,
+                       kinds: tuple[type[BaseException], ...] = (Exception,)) -> None:
+    """``fn`` must raise one of ``kinds``, naming ``names`` or as a timeout, within ``timeout_s`` plus
+    ``slack_s`` of ``start`` (default: now): never return."""
     start = time.monotonic() if start is None else start
-    expect_raises(ctx, what, fn, contains=names, timeout_contains=(TIMEOUT_NEEDLE,))
+    expect_raises(ctx, what, fn, kinds, contains=names, timeout_contains=(TIMEOUT_NEEDLE,))
     took = time.monotonic() - start
     limit = timeout_s + (ctx.target.traits.p2p_wait_timeout_s or 0.0) + slack_s
     ctx.expect(took <= limit, f"{what}: seconds until the error", f"<= {limit}", round(took, 1))

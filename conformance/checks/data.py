@@ -58,10 +58,19 @@ NARROW_WINDOWS = ((0, 0), (7, 7), (0, 1), (0, 255), (0, 256), (-128, 127), (-129
                   (0, 65536), (-32768, 32767), (-2048, 2048), (-2**31, 2**31 - 1), (-2**31 - 1, 2**31))
 
 
+def replicated(case_seed: int) -> bool:
+    """Whether every rank of a "narrow" case holds the same tensor (every third case, by its seed): identical
+    contributions, as DDP's replicated parameters and agreed flags are, where a shortcut for equal inputs
+    (returning one of them) shows for the ops that do not keep it (SUM, PRODUCT, AVG's rounding, BXOR)."""
+    return stable_seed(case_seed, "replicated") % 3 == 0
+
+
 def narrow_window(case_seed: int, rank: int) -> tuple[int, int]:
     """Rank ``rank``'s window in a "narrow" case: the ranks of a case take consecutive windows (a backend
-    decides how to ship each rank's payload alone), so one case at world size 4 tries four of them."""
-    return NARROW_WINDOWS[(stable_seed(case_seed, "narrow") + rank) % len(NARROW_WINDOWS)]
+    decides how to ship each rank's payload alone), so one case at world size 4 tries four of them; in a
+    ``replicated`` case every rank takes the first."""
+    step = 0 if replicated(case_seed) else rank
+    return NARROW_WINDOWS[(stable_seed(case_seed, "narrow") + step) % len(NARROW_WINDOWS)]
 
 
 def draw(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, seed: int,
@@ -155,7 +164,8 @@ def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | N
     """Rank ``rank``'s input for a case: every rank draws the same tensor for it. uint8 "unsigned high"
     values lie above 127 on even ranks and below 128 on odd ones, so reductions compare and carry across
     the sign bit a signed reading would see."""
-    vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank), narrow_window(case_seed, rank))
+    same = kind == "narrow" and replicated(case_seed)
+    vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, 0 if same else rank), narrow_window(case_seed, rank))
     if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:
         vals = vals - 128
     return vals
@@ -306,6 +316,17 @@ def nd_shape(count: int) -> tuple[int, ...]:
     return (1, count, 1)
 
 
+def nchw_shape(count: int) -> tuple[int, int, int, int]:
+    """A 1 x C x H x W shape with ``count`` elements, C and H * W at least 2 where ``count`` has a factor
+    (3, 2, 5 or 7) that leaves them so; else 1 x count x 1 x 1 (a prime count: no channel order to get wrong)."""
+    for c in (3, 2, 5, 7):
+        if count % c == 0 and count // c >= 2:
+            hw = count // c
+            h = next((h for h in (2, 3, 5, 7) if hw % h == 0 and hw // h >= 1), 1)
+            return (1, c, h, hw // h)
+    return (1, count, 1, 1)
+
+
 def place(flat: torch.Tensor, layout: str, device: object, shape: tuple[int, ...] | None = None) -> Placed:
     """``flat``'s values in ``layout`` on ``device``: flat, N-D (``shape``, else ``nd_shape``), at a non-zero
     storage offset, strided (every other element of a wider buffer, from offset 1) or transposed (a 2-D
@@ -324,6 +345,11 @@ def place(flat: torch.Tensor, layout: str, device: object, shape: tuple[int, ...
     elif layout == "strided":
         backing = torch.full((2 * count + 2,), fill, dtype=dtype, device=device)
         view = backing[1:1 + 2 * count:2]
+    elif layout == "channels_last":  # 4-D, memory in N, H, W, C order (CNN activations): dense, not contiguous
+        backing = torch.empty(nchw_shape(count), dtype=dtype, device=device).contiguous(
+            memory_format=torch.channels_last)
+        backing.copy_(flat.reshape(backing.shape).to(device))
+        return Placed(backing, backing, layout)
     elif layout == "transposed":
         a, *rest = nd_shape(count)
         b = 1

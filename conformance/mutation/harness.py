@@ -163,11 +163,16 @@ def rule_equivalent(root: Path, mutants: list[Mutant]) -> dict[str, dict[str, st
     return found
 
 
+def target_modules(root: Path, target: MutationTarget) -> list[Path]:
+    """The modules the target's mutants change: its folder's, less its ``planted`` ones, sorted."""
+    return sorted(m for m in (root / target.source).glob("*.py") if m.name not in target.planted)
+
+
 def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
-    """Every mutation cosmic-ray's operators make in the target's modules (less its ``planted`` ones), outside
-    annotations and outside defect-switch branches (``defect_branch_spans``), in a stable order. A site an
-    operator mutates more than one way (a number to n+1 and n-1) gets ``#k`` on its id."""
-    modules = sorted(m for m in (root / target.source).glob("*.py") if m.name not in target.planted)
+    """Every mutation cosmic-ray's operators make in ``target_modules``, outside annotations and outside
+    defect-switch branches (``defect_branch_spans``), in a stable order. A site an operator mutates more than
+    one way (a number to n+1 and n-1) gets ``#k`` on its id."""
+    modules = target_modules(root, target)
     with tempfile.TemporaryDirectory(prefix="cfm-mutants-") as tmp, use_db(str(Path(tmp) / "session.sqlite")) as db:
         init(modules, db, {})
         specs = sorted((item.mutations[0] for item in db.work_items),
