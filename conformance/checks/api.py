@@ -308,7 +308,7 @@ def _zero_timeout_waits(ctx: CheckContext) -> None:
     work = dist.all_reduce(t, async_op=True)
     if ctx.rank != n - 1:
         _not_done_yet(ctx, f"all_reduce (rank {n - 1} joins {LATE_S} s late)", work, start)
-    ctx.expect_equal("all_reduce (the last rank 0.3 s late): work.wait(timeout=timedelta(0)), no timeout", True,
+    ctx.expect_equal(f"all_reduce (the last rank {LATE_S} s late): work.wait(timeout=timedelta(0)), no timeout", True,
                      work.wait(timeout=timedelta(0)))
     expect_exact(ctx, t, [float(n * (n + 1) // 2)] * 4, f"all_reduce (the last rank {LATE_S} s late): output after "
                  "wait(timedelta(0))")

@@ -59,6 +59,8 @@ def values_apply(kind: str, dtype: torch.dtype) -> bool:
     if kind == "unsigned high":
         return dtype == torch.uint8
     return kind != "narrow" or dtype != torch.bool
+
+
 CONTIGUOUS_LAYOUTS = ("flat", "N-D", "offset")
 NONCONTIGUOUS_LAYOUTS = ("strided", "transposed", "channels_last")
 

@@ -143,11 +143,17 @@ def _control_reduce(ctx: CheckContext, group: dist.ProcessGroup | None = None,
                      mine.tolist())
 
 
-def _bitwise_on_float(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callable[[], Any]:
-    """``kind`` ("<collective>: <op> of <dtype>") on this rank: a bitwise reduction of a floating tensor."""
+def _bitwise_parts(kind: str) -> tuple[str, str, torch.dtype]:
+    """The collective, the op's name and the dtype of a ``BAD_OPS`` kind ("<collective>: <op> of <dtype>")."""
     collective, rest = kind.split(": ")
     op_name, dtype_name = rest.split(" of ")
-    op, dtype, n = getattr(dist.ReduceOp, op_name), _FLOATS[dtype_name], ctx.world_size
+    return collective, op_name, _FLOATS[dtype_name]
+
+
+def _bitwise_on_float(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callable[[], Any]:
+    """``kind`` on this rank: a bitwise reduction of a floating tensor."""
+    collective, op_name, dtype = _bitwise_parts(kind)
+    op, n = getattr(dist.ReduceOp, op_name), ctx.world_size
     mine = torch.tensor([3.5, 6.25] * n, dtype=dtype, device=ctx.device) * (ctx.rank + 1)
     if collective == "all_reduce":
         return lambda: dist.all_reduce(mine, op=op, group=group)
@@ -183,9 +189,9 @@ def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
     """What the refusal of the rank with wrong arguments must name."""
     n = ctx.world_size
     if kind in BAD_OPS:  # the op or the dtype (or that it is not an integer one), in any of their spellings
-        op_name, dtype_name = kind.split(": ")[1].split(" of ")
+        _, op_name, dtype = _bitwise_parts(kind)
         return ((op_name, op_name.lower(), {"BAND": "bitwise_and", "BOR": "bitwise_or", "BXOR": "bitwise_xor"}[op_name],
-                 *refusal_names(None, _FLOATS[dtype_name]), "integral", "integer", "floating"),)
+                 *refusal_names(None, dtype), "integral", "integer", "floating"),)
     if kind.startswith("all_gather"):  # the group size and the number of outputs given
         return (("output", "tensor list"), str(n), str(n - 1 if "few" in kind else n + 3))
     if kind == "all_to_all_single: split count":  # gloo: "Number of tensor splits not equal to group size"
@@ -226,9 +232,9 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
             # a refusal changes nothing (NCCL's ArgsCheck and c10d's checks run before anything is enqueued): the
             # same group then runs the op with valid arguments, as a backend that advanced a counter or made state
             # for the refused call does not
-            control, control_op = {"all_gather": (_control_all_gather, op),
-                                   "all_to_all_single": (_control_all_to_all, op)}.get(op, (_control_reduce,
-                                                                                              "all_reduce"))
+            control_op = op if op in ("all_gather", "all_to_all_single") else "all_reduce"  # a reduction's: SUM
+            control = {"all_gather": _control_all_gather, "all_to_all_single": _control_all_to_all,
+                       "all_reduce": _control_reduce}[control_op]
             after = f"{case.describe()}: the same group after every rank's call was refused"
             try:
                 control(ctx, group, after)

@@ -109,8 +109,7 @@ def _draw_narrow(dtype: torch.dtype, op: str | None, n: int, count: int, window:
     else:
         safe_lo, safe_hi = _int_range(dtype, op, n)
         lo, hi = max(window[0], safe_lo), min(window[1], safe_hi)
-    if lo > hi:  # a window wholly outside the safe range: its nearest safe value
-        lo = hi = min(max(window[0], lo), hi)
+    lo = min(lo, hi)  # a window wholly above the safe range (every window reaches 0 or above): the safe top
     vals = _randint(lo, hi, count, g)
     vals[: min(2, count)] = torch.tensor([hi, lo][: min(2, count)])
     return vals.to(dtype)
@@ -164,8 +163,11 @@ def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | N
     """Rank ``rank``'s input for a case: every rank draws the same tensor for it. uint8 "unsigned high"
     values lie above 127 on even ranks and below 128 on odd ones, so reductions compare and carry across
     the sign bit a signed reading would see."""
-    same = kind == "narrow" and replicated(case_seed)
-    vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, 0 if same else rank), narrow_window(case_seed, rank))
+    if kind == "narrow":
+        seed_rank, window = (0 if replicated(case_seed) else rank), narrow_window(case_seed, rank)
+        vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, seed_rank), window)
+    else:
+        vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
     if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:
         vals = vals - 128
     return vals
