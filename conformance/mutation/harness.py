@@ -1,6 +1,6 @@
 """Enumerate mutants with cosmic-ray, sample them, and judge each in a copy of the tree.
 
-cosmic-ray (``cosmic_ray.commands.init``) lists every mutation its operators make in the target's modules; a
+cosmic-ray's operators (``cosmic_ray.plugins``) list every mutation they make in the target's modules; a
 seeded sample of them runs on ``jobs`` slots, each a copy of the tree (``conformance``, ``simulator``, the
 example backend) in a temporary folder. A slot applies one mutation to its copy's source file
 (``cosmic_ray.mutating.use_mutation``, which puts the original back afterwards) and runs the judge
@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import cosmic_ray.plugins
-from cosmic_ray.commands.init import init
+from cosmic_ray.ast import ast_nodes, get_ast_from_path
 from cosmic_ray.mutating import use_mutation
-from cosmic_ray.work_db import use_db
 
 from conformance.mutation.judge import NOT_THE_TREE
 from conformance.mutation.targets import MutationTarget
@@ -168,30 +167,40 @@ def target_modules(root: Path, target: MutationTarget) -> list[Path]:
     return sorted(m for m in (root / target.source).glob("*.py") if m.name not in target.planted)
 
 
+def _mutation_sites(modules: list[Path]) -> Iterator[tuple[Path, str, int, tuple[int, int]]]:
+    """(module, operator name, occurrence, start position) of every mutation each of cosmic-ray's operators
+    that takes no arguments makes, numbered as ``cosmic_ray.commands.init`` numbers them (the occurrence
+    ``use_mutation`` applies), without init's work database, which took most of the enumeration's time."""
+    operators = [(name, cosmic_ray.plugins.get_operator(name)) for name in cosmic_ray.plugins.operator_names()]
+    for module in modules:
+        nodes = list(ast_nodes(get_ast_from_path(module)))
+        for name, operator_class in operators:
+            if operator_class.arguments():
+                continue
+            operator = operator_class()
+            positions = (start for node in nodes for start, _ in operator.mutation_positions(node))
+            for occurrence, start in enumerate(positions):
+                yield module, name, occurrence, tuple(start)
+
+
 def enumerate_mutants(root: Path, target: MutationTarget) -> list[Mutant]:
     """Every mutation cosmic-ray's operators make in ``target_modules``, outside annotations and outside
     defect-switch branches (``defect_branch_spans``), in a stable order. A site an operator mutates more than
     one way (a number to n+1 and n-1) gets ``#k`` on its id."""
     modules = target_modules(root, target)
-    with tempfile.TemporaryDirectory(prefix="cfm-mutants-") as tmp, use_db(str(Path(tmp) / "session.sqlite")) as db:
-        init(modules, db, {})
-        specs = sorted((item.mutations[0] for item in db.work_items),
-                       key=lambda s: (str(s.module_path), s.operator_name, s.occurrence))
+    specs = sorted(_mutation_sites(modules), key=lambda s: (str(s[0]), s[1], s[2]))
     skipped = {m: annotation_spans(m.read_text()) + defect_branch_spans(m.read_text()) for m in modules}
     lines = {m: m.read_text().splitlines() for m in modules}
     found: list[Mutant] = []
     seen: dict[str, int] = {}
-    for spec in specs:
-        module = Path(spec.module_path)
-        if any(start <= tuple(spec.start_pos) < end for start, end in skipped[module]):
+    for module, operator, occurrence, (line, col) in specs:
+        if any(start <= (line, col) < end for start, end in skipped[module]):
             continue
         rel = module.resolve().relative_to(root.resolve()).as_posix()
-        line, col = spec.start_pos
-        mid = f"{rel}:{line}:{col}:{spec.operator_name.removeprefix('core/')}"
+        mid = f"{rel}:{line}:{col}:{operator.removeprefix('core/')}"
         seen[mid] = seen.get(mid, 0) + 1
         mid += f"#{seen[mid]}" if seen[mid] > 1 else ""
-        found.append(Mutant(mid, target.name, rel, line, col, spec.operator_name, spec.occurrence,
-                            lines[module][line - 1].strip()))
+        found.append(Mutant(mid, target.name, rel, line, col, operator, occurrence, lines[module][line - 1].strip()))
     found.sort(key=lambda m: (m.path, m.line, m.col, m.id))
     same: dict[tuple[str, str, str], int] = {}
     for i, m in enumerate(found):  # the k-th site of the same path, operator and text, in source order
