@@ -57,13 +57,17 @@ class SimWork(dist.Work):
 
     def is_success(self) -> bool:
         """True once the launch has finished without error."""
+        return self._future.done() and self.exception() is None
+
+    def exception(self) -> BaseException | None:
+        """The launch's error once it has failed (c10d's Work::exception), else None."""
         if not self._future.done():
-            return False
+            return None
         try:
             self._future.value()
-        except Exception:  # noqa: BLE001 - any error means not a success
-            return False
-        return True
+        except Exception as exc:  # noqa: BLE001 - whatever the launch raised is the Work's error
+            return exc
+        return None
 
     def get_future(self) -> torch.futures.Future:
         """A future that completes with the op's output tensors (a list), or with its error."""

@@ -8,6 +8,7 @@ import functools
 import gc
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,6 +24,7 @@ from conformance.checks.common import (
     UNSUPPORTED,
     Findings,
     default_mode,
+    exit_holders,
     expect_allreduce_members,
     expect_exact,
     expect_raises,
@@ -30,8 +32,10 @@ from conformance.checks.common import (
     optional_case,
     options_part,
     positive_control,
+    positive_exit_holder,
     shared_folder,
     unsorted_group,
+    work_success,
 )
 from conformance.checks.group_program_runs import check_group_programs
 from conformance.checks.hints import expect_options
@@ -102,8 +106,9 @@ def _future_tensor(value: Any) -> tuple[torch.Tensor | None, bool]:
 def work_future(ctx: CheckContext) -> None:
     """An async op's Work: wait(timeout) returns True, is_completed() is then True, get_future() carries the
     op's exact output, and a callback chained on it runs once with that value."""
+    before = exit_holders()  # before the world: a thread its init starts holds the exit as one an op starts does
     ctx.init_world(default_mode(ctx))
-    _p2p_works(ctx)  # first: gloo's (waived) all_gather_into_tensor future stops the check below
+    held = _p2p_works(ctx, before)  # first: gloo's (waived) all_gather_into_tensor future stops the check below
     _barrier_future(ctx)
     for op, launch, out, want in _async_cases(ctx):
         work = launch()
@@ -133,9 +138,11 @@ def work_future(ctx: CheckContext) -> None:
         _expect_alias(ctx, op, carried, out, want)
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
-    _zero_timeout_waits(ctx)
+    held += _zero_timeout_waits(ctx, before)
     _completes_unwaited(ctx)
     _call_orders(ctx)
+    for what, threads in held:  # judged last: a rank failing here leaves no peer waiting for it in a later op
+        _holds_no_exit(ctx, what, threads)
 
 
 # Work calls in the orders a caller makes them: "wait" (work.wait(timeout) returns True), "poll" (is_completed()
@@ -246,40 +253,37 @@ def _barrier_future(ctx: CheckContext) -> None:
 
 
 def _expect_success(ctx: CheckContext, what: str, work: dist.Work) -> None:
-    """After wait() returned, work.is_success() is True (c10d Work::isSuccess: no exception, v2.13.0
-    torch/csrc/distributed/c10d/Work.cpp; gloo's works inherit it). ProcessGroupNCCL's WorkNCCL::isSuccess
-    throws NotImplementedError('WorkNCCL::isSuccess() is deprecated'): that refusal is noted, not failed."""
-    try:
-        ok = work.is_success()
-    except NotImplementedError as exc:
-        if "deprecated" not in str(exc):
-            raise CheckFailed(f"rank {ctx.rank}: {what}: work.is_success() after wait(): expected True (or "
-                              f"NCCL's 'is deprecated' refusal), observed NotImplementedError: {exc}") from None
-        ctx.note(f"{what}: work.is_success() refused as deprecated ({exc})")
-        return
-    ctx.expect_equal(f"{what}: work.is_success() after wait()", True, ok)
+    """After wait() returned, work.is_success() is True (NCCL's 'is deprecated' refusal noted: work_success)."""
+    ok = work_success(ctx, what, work)
+    if ok is not None:
+        ctx.expect_equal(f"{what}: work.is_success() after wait()", True, ok)
 
 
-def _p2p_works(ctx: CheckContext) -> None:
+Held = list[tuple[str, set[threading.Thread]]]  # (the pending op, the threads started for it that hold the exit)
+
+
+def _p2p_works(ctx: CheckContext, before: set[threading.Thread]) -> Held:
     """An isend/irecv pair between the first and the last rank, the send posted ``LATE_S`` after the receive:
     the irecv's is_completed() is False at once (its message is not sent yet: a Work that says done before its
     data is there lets a poller read the buffer early), then both works succeed once waited, the data exact."""
     n, first, last = ctx.world_size, 0, ctx.world_size - 1
     dist.barrier()
     if n < 2 or ctx.rank not in (first, last):
-        return
+        return []
     t = torch.full((3,), 7.0, device=ctx.device) if ctx.rank == first else torch.zeros(3, device=ctx.device)
     what = f"isend to rank {last}" if ctx.rank == first else f"irecv from rank {first}"
     if ctx.rank == first:
         time.sleep(LATE_S)
     start = time.monotonic()
     work = dist.isend(t, dst=last) if ctx.rank == first else dist.irecv(t, src=first)
+    held = exit_holders() - before
     if ctx.rank == last:
         _not_done_yet(ctx, f"{what} (sent {LATE_S} s later)", work, start)
     ctx.expect_equal(f"{what}: work.wait(timeout={ctx.timeout_s} s)", True,
                      work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
     _expect_success(ctx, what, work)
     expect_exact(ctx, t, [7.0] * 3, f"{what}: the tensor after wait()")
+    return [(f"{what} (sent {LATE_S} s later), while pending", held)] if ctx.rank == last else []
 
 
 def _not_done_yet(ctx: CheckContext, what: str, work: dist.Work, start: float) -> None:
@@ -295,7 +299,18 @@ def _not_done_yet(ctx: CheckContext, what: str, work: dist.Work, start: float) -
                      work.is_completed())
 
 
-def _zero_timeout_waits(ctx: CheckContext) -> None:
+def _holds_no_exit(ctx: CheckContext, what: str, held: set[threading.Thread]) -> None:
+    """While an op waited for its late peer, ``held`` were the Python threads started since the check began (by
+    the world's init or by the op) that would hold the process at exit (``exit_holders``), judged at the end of
+    the check so the ranks stay in step: none may be, or a program that ends with the op pending, or without
+    destroy_process_group, would not exit until the thread ends (a pending op's: its timeout, 30 min by torch's
+    default; a communicator's: never). The probe is shown to see a thread of the check's own."""
+    positive_exit_holder(ctx)
+    ctx.expect_equal(f"{what}: threads started since the check began that would hold the process at exit (alive, "
+                     "not daemons)", [], sorted(t.name for t in held))
+
+
+def _zero_timeout_waits(ctx: CheckContext, before: set[threading.Thread]) -> Held:
     """work.wait(timedelta(0)) means no timeout (c10d's kNoTimeout is 0 ms): on an all_reduce whose last rank
     joins ``LATE_S`` late it waits for the op and returns True, with the exact sum; before that, on the other
     ranks, is_completed() is False at once (the op cannot have run without the last rank)."""
@@ -306,12 +321,14 @@ def _zero_timeout_waits(ctx: CheckContext) -> None:
         time.sleep(LATE_S)
     start = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
+    held = exit_holders() - before
     if ctx.rank != n - 1:
         _not_done_yet(ctx, f"all_reduce (rank {n - 1} joins {LATE_S} s late)", work, start)
     ctx.expect_equal(f"all_reduce (the last rank {LATE_S} s late): work.wait(timeout=timedelta(0)), no timeout", True,
                      work.wait(timeout=timedelta(0)))
     expect_exact(ctx, t, [float(n * (n + 1) // 2)] * 4, f"all_reduce (the last rank {LATE_S} s late): output after "
                  "wait(timedelta(0))")
+    return [(f"all_reduce (rank {n - 1} joins {LATE_S} s late), while pending", held)] if ctx.rank != n - 1 else []
 
 
 @check("API-BOUNDARY-ACCEPTED")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +46,7 @@ from conformance.checks.common import (
     expect_raises,
     finish_work,
     shared_folder,
+    work_success,
 )
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
@@ -404,20 +405,51 @@ def mismatch_refused(ctx: CheckContext) -> None:
 
 
 # ------------------------------------------------------------------ COLL-ABSENT-PEER
-def _issue(ctx: CheckContext, op: str, group: dist.ProcessGroup, absent: int) -> Callable[[], None]:
-    """Issue ``op`` on ``group`` without waiting; the callable waits for it, or raises what issuing raised (a
-    backend whose async ops block raises here)."""
-    t = torch.ones(4, device=ctx.device)
+@dataclass(frozen=True)
+class Pending:
+    """An op issued without waiting: ``wait`` waits for it, or raises what issuing raised (then ``work`` is
+    None: a backend whose async ops block raises at the call)."""
+
+    wait: Callable[[], None]
+    work: dist.Work | None
+
+
+def _pending(ctx: CheckContext, what: str, issue: Callable[[], dist.Work]) -> Pending:
     try:
-        work = (dist.all_reduce(t, group=group, async_op=True) if op == "all_reduce"
-                else dist.broadcast(t, absent, group=group, async_op=True))
+        work = issue()
     except Exception as exc:  # noqa: BLE001 - judged by the caller's expect_raises, as if raised by the wait
         error = exc
 
         def reraise() -> None:
             raise error
-        return reraise
-    return lambda: finish_work(ctx, op, work)
+        return Pending(reraise, None)
+    return Pending(lambda: finish_work(ctx, what, work), work)
+
+
+def _issue(ctx: CheckContext, op: str, group: dist.ProcessGroup, absent: int) -> Pending:
+    """Issue ``op`` on ``group`` without waiting."""
+    t = torch.ones(4, device=ctx.device)
+    return _pending(ctx, op, lambda: dist.all_reduce(t, group=group, async_op=True) if op == "all_reduce"
+                    else dist.broadcast(t, absent, group=group, async_op=True))
+
+
+def _stays_failed(ctx: CheckContext, what: str, pending: Pending, needles: tuple[Needle, ...]) -> None:
+    """A Work whose wait() raised stays failed, as c10d's Work defines one (v2.13.0
+    torch/csrc/distributed/c10d/Work.hpp: wait() is 'while (!isCompleted()); if (!isSuccess())
+    rethrow(exception())'): is_completed() is True, is_success() False (NCCL's deprecation refusal noted),
+    exception() holds the error, and a second wait() raises again, as the first did (gloo: seen for a timed-out
+    all_reduce and irecv). Not judged where the call itself raised (no Work)."""
+    work = pending.work
+    if work is None:
+        return
+    ctx.expect_equal(f"{what}: work.is_completed() after its wait() raised", True, work.is_completed())
+    success = work_success(ctx, what, work)
+    if success is not None:
+        ctx.expect_equal(f"{what}: work.is_success() after its wait() raised", False, success)
+    ctx.expect(work.exception() is not None, f"{what}: work.exception() after its wait() raised", "the error",
+               None)
+    expect_raises(ctx, f"{what}: a second wait() of the failed work", pending.wait, DIST_ERRORS, contains=needles,
+                  timeout_contains=(TIMEOUT_NEEDLE,))
 
 
 @check("COLL-ABSENT-PEER")
@@ -437,15 +469,18 @@ def absent_peer(ctx: CheckContext) -> None:
     issued = [(case, time.monotonic(), _issue(ctx, case["op"], group, case["absent rank"]))
               for case, group in zip(cases, groups, strict=True) if case["absent rank"] != ctx.rank]
     any_start = time.monotonic()
-    any_wait = _receive(ctx, any_group, None) if any_group is not None and ctx.rank == 0 else None
+    any_wait = _receive(ctx, any_group, None).wait if any_group is not None and ctx.rank == 0 else None
     found = Findings(ctx)
-    for case, start, wait in issued:
+    for case, start, pending in issued:
         absent = case["absent rank"]
-        found.case(expect_peer_raises, ctx, f"{case.describe()}: {case['op']} that rank {absent} never joins", wait,
-                   ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start, kinds=DIST_ERRORS)
+        what, needles = f"{case.describe()}: {case['op']} that rank {absent} never joins", \
+            ((f"rank {absent}", f"rank(s) {absent}"),)
+        found.case(expect_peer_raises, ctx, what, pending.wait, needles, ABSENT_WAIT_S, start, kinds=DIST_ERRORS)
+        found.case(_stays_failed, ctx, what, pending, needles)
     if any_wait is not None:
-        found.case(_recv_raises, ctx, f"recv from any source on a group of the check's world ({default_mode(ctx)} "
-                   "init), which no rank sends to", any_wait, _any_peer(ctx), any_start)
+        what = f"recv from any source on a group of the check's world ({default_mode(ctx)} init), which no rank " \
+               "sends to"
+        found.case(_recv_raises, ctx, what, any_wait, _any_peer(ctx), any_start)
     dist.barrier()
     _absent_sender(ctx, found)  # every rank goes on (a failed case is recorded), so the ranks stay in step
     _absent_on_file_store(ctx, found)
@@ -465,9 +500,9 @@ def _absent_on_file_store(ctx: CheckContext, found: Findings) -> None:
         group = ctx.new_group(list(range(n)), timeout_s=ABSENT_WAIT_S)
         if ctx.rank != absent:
             start = time.monotonic()
-            wait = _issue(ctx, "all_reduce", group, absent)
+            pending = _issue(ctx, "all_reduce", group, absent)
             found.case(expect_peer_raises, ctx, f"all_reduce that rank {absent} never joins, on a FileStore world "
-                       "(lazy init)", wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start,
+                       "(lazy init)", pending.wait, ((f"rank {absent}", f"rank(s) {absent}"),), ABSENT_WAIT_S, start,
                        kinds=DIST_ERRORS)
         dist.barrier()
 
@@ -478,19 +513,10 @@ def _partner(ctx: CheckContext) -> int | None:
     return peer if peer < ctx.world_size else None
 
 
-def _receive(ctx: CheckContext, group: dist.ProcessGroup, src: int | None) -> Callable[[], None]:
-    """Post a receive from ``src`` (None: any source) on ``group``; the callable waits for it, or raises what
-    posting raised."""
+def _receive(ctx: CheckContext, group: dist.ProcessGroup, src: int | None) -> Pending:
+    """Post a receive from ``src`` (None: any source) on ``group``."""
     t = torch.zeros(4, device=ctx.device)
-    try:
-        work = dist.irecv(t, src=src, group=group)
-    except Exception as exc:  # noqa: BLE001 - judged by the caller's expect_raises, as if raised by the wait
-        error = exc
-
-        def reraise() -> None:
-            raise error
-        return reraise
-    return lambda: finish_work(ctx, "recv", work)
+    return _pending(ctx, "recv", lambda: dist.irecv(t, src=src, group=group))
 
 
 def _absent_sender(ctx: CheckContext, found: Findings) -> None:
@@ -524,8 +550,9 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
                       _any_peer(ctx)))
     elif not anysource:
         ctx.note("recv(src=None) whose peers never send not tried: the target lacks capability p2p_any_source")
-    for what, wait, peer_named in waits:
-        found.case(_recv_raises, ctx, what, wait, peer_named, start)
+    for what, pending, peer_named in waits:
+        found.case(_recv_raises, ctx, what, pending.wait, peer_named, start)
+        found.case(_stays_failed, ctx, what, pending, ("recv", peer_named))
     dist.barrier()
 
 

@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -207,6 +208,42 @@ def finish_work(ctx: CheckContext, what: str, work: dist.Work) -> None:
         work.wait()
     elif not work.wait(timedelta(seconds=wait_s)):
         raise CheckFailed(f"rank {ctx.rank}: {what}: wait({wait_s} s) returned False")
+
+
+def exit_holders() -> set[threading.Thread]:
+    """The Python threads that would hold this process at exit: alive, not daemons, not the main thread (the
+    interpreter joins every such thread before it exits: CPython's threading._shutdown)."""
+    main = threading.main_thread()
+    return {t for t in threading.enumerate() if t.is_alive() and not t.daemon and t is not main}
+
+
+def positive_exit_holder(ctx: CheckContext) -> None:
+    """``exit_holders`` sees a non-daemon thread of the check's own, started now (then released and joined)."""
+    before = exit_holders()
+    release = threading.Event()
+    mine = threading.Thread(target=release.wait, name="conformance-positive-control")
+    mine.start()
+    try:
+        seen = mine in exit_holders() - before
+    finally:
+        release.set()
+        mine.join()
+    ctx.expect_equal("positive control: the thread probe sees a non-daemon thread of the check's own", True, seen)
+
+
+def work_success(ctx: CheckContext, what: str, work: dist.Work) -> bool | None:
+    """``work.is_success()`` (c10d Work::isSuccess: completed without an exception, v2.13.0
+    torch/csrc/distributed/c10d/Work.cpp; gloo's works inherit it), or None where the backend refuses it as
+    deprecated, as ProcessGroupNCCL's WorkNCCL::isSuccess does (NotImplementedError('WorkNCCL::isSuccess() is
+    deprecated')): that refusal is noted, not failed; any other NotImplementedError fails."""
+    try:
+        return bool(work.is_success())
+    except NotImplementedError as exc:
+        if "deprecated" not in str(exc):
+            raise CheckFailed(f"rank {ctx.rank}: {what}: work.is_success(): expected a bool (or NCCL's 'is "
+                              f"deprecated' refusal), observed NotImplementedError: {exc}") from None
+        ctx.note(f"{what}: work.is_success() refused as deprecated ({exc})")
+        return None
 
 
 def expect_peer_raises(ctx: CheckContext, what: str, fn: Callable[[], Any], names: tuple[Needle, ...],

@@ -1,7 +1,7 @@
 """COLL-GRAD-TENSORS: collectives and P2P on tensors that require grad (``nn.Parameter`` leaves), as users broadcast
-and all-reduce model parameters. Each op runs first on a plain tensor of the same values (the control: a target that
-declines the op there is not judged on it), then on the parameter: exact, no autograd error, still a leaf that
-requires grad and has no gradient."""
+and all-reduce model parameters (and receive them). Each op runs first on a plain tensor of the same values (the
+control: a target that declines the op there is not judged on it), then on the parameter: exact, no autograd error,
+still a leaf that requires grad and has no gradient."""
 
 from __future__ import annotations
 
@@ -115,8 +115,37 @@ def _send(ctx: CheckContext, dtype: torch.dtype, salt: int) -> None:
             raise CheckFailed(f"rank 1: an nn.Parameter rank 0 sent ({ref.dtype_name(dtype)}[{NUMEL}]): {bad}")
 
 
+def _recv_into(ctx: CheckContext, dtype: torch.dtype, salt: int) -> None:
+    """Rank 0 sends rank 1 plain tensors; rank 1 receives them into nn.Parameters, by recv and by irecv (a
+    receive a backend completes on a thread of its own: grad mode and autograd's dispatch state are per thread)."""
+    sent = [ref.values(0, NUMEL, dtype, salt + k) for k in range(2)]
+    if ctx.rank == 0:
+        for values in sent:
+            dist.send(ref.tensor(values, dtype, ctx.device), 1)
+    elif ctx.rank == 1:
+        for k, how in enumerate(("recv", "irecv")):
+            param = torch.nn.Parameter(torch.zeros(NUMEL, dtype=dtype, device=ctx.device))
+            label = f"{how} from rank 0 into an nn.Parameter ({ref.dtype_name(dtype)}[{NUMEL}], requires grad)"
+            try:
+                if how == "recv":
+                    dist.recv(param, 0)
+                else:
+                    dist.irecv(param, 0).wait()
+            except Exception as exc:  # noqa: BLE001 - the finding
+                raise CheckFailed(f"rank 1: {label}: raised {type(exc).__name__}: {exc} (gloo and NCCL write a "
+                                  "received tensor below autograd)") from None
+            bad = ref.mismatch(param.detach(), sent[k], dtype)
+            if bad:
+                raise CheckFailed(f"rank 1: {label}: {bad}")
+            state = (param.is_leaf, param.requires_grad, param.grad_fn, param.grad)
+            if state != (True, True, None, None):
+                raise CheckFailed(f"rank 1: {label}: afterwards (is_leaf, requires_grad, grad_fn, grad) = {state}, "
+                                  "expected (True, True, None, None)")
+
+
 def check_grad_tensors(ctx: CheckContext) -> None:
-    """Every op of ``_ops`` on a parameter, float32 and float64; then a parameter sent from rank 0 to rank 1."""
+    """Every op of ``_ops`` on a parameter, float32 and float64; then a parameter sent from rank 0 to rank 1, and
+    plain tensors received by rank 1 into parameters."""
     ctx.init_world(default_mode(ctx))
     found = Findings(ctx)
     for k, dtype in enumerate((torch.float32, torch.float64)):
@@ -124,5 +153,6 @@ def check_grad_tensors(ctx: CheckContext) -> None:
             found.case(_one, ctx, what, op, writes, want_of, dtype, salt=10 * k + i)
         if ctx.world_size >= 2:
             found.case(_send, ctx, dtype, salt=10 * k + 9)
+            found.case(_recv_into, ctx, dtype, salt=100 + 10 * k)
         dist.barrier()
     found.conclude()

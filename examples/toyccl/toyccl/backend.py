@@ -100,7 +100,8 @@ class RecvWork(ToyWork):
 
     def _take(self, tensors: list[torch.Tensor], take: Callable[[], int]) -> None:
         try:
-            self._source = take()
+            with torch.no_grad():  # grad mode is per thread: this one writes a parameter below autograd, as c10d does
+                self._source = take()
         except BaseException as exc:  # noqa: BLE001 - raised again by wait(), as a real backend's work does
             self._error = exc
             self._future.set_exception(exc)
@@ -120,6 +121,9 @@ class RecvWork(ToyWork):
 
     def is_success(self) -> bool:
         return not self._thread.is_alive() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        return self._error
 
 
 def completed_work(result: Any = None) -> dist.Work:
