@@ -50,7 +50,14 @@ def test_ci_installs_the_pin_without_the_machine_cap_and_checks_it() -> None:
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
     install = [i for i, line in enumerate(lines) if f"-r {PIN_FILE.relative_to(ROOT)}" in line]
     assert len(install) == 1, "stage 2 installs torch from the pin file, once"
-    assert lines[install[0]].startswith("PIP_CONFIG_FILE=/dev/null "), "the cap in pip's configuration must not apply"
-    assert lines[install[0] + 1] == ".venvs/torch-newest/bin/python scripts/torch_pin.py check"
+    installs = [i for i, line in enumerate(lines) if line.startswith((".venvs/torch-newest/bin/pip", "PIP_CONFIG_FILE"))
+                and ".venvs/torch-newest/bin/pip install" in line]
+    assert install[0] in installs and len(installs) == 2, installs  # the pin (in the background), then this tree
+    assert all(lines[i].startswith("PIP_CONFIG_FILE=/dev/null ") for i in installs), \
+        "the cap in pip's configuration must not apply (it would resolve the installed torch against it)"
+    check = lines.index(".venvs/torch-newest/bin/python scripts/torch_pin.py check")
+    runs = [i for i, line in enumerate(lines) if ".venvs/torch-newest/bin/python -m" in line
+            or line.startswith("  .venvs/torch-newest/bin/python -m")]
+    assert max(installs) < check < min(runs), "the venv is checked after both installs, before stage 2 runs anything"
     assert not any(re.search(r"torch==\d", line) and "2.13" not in line for line in lines), \
         "the newest torch is named in the pin file only"
