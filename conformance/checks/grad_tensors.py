@@ -92,10 +92,15 @@ def _one(ctx: CheckContext, what: str, op: Op, writes: bool, want_of: Want, dtyp
         kept = ref.mismatch(param.detach(), values, dtype)
         if kept:
             raise CheckFailed(f"rank {ctx.rank}: {label}: the parameter it only reads changed: {kept}")
+    _still_a_leaf(ctx, label, param)
+
+
+def _still_a_leaf(ctx: CheckContext, label: str, param: torch.nn.Parameter) -> None:
+    """After the op, the parameter is still a leaf that requires grad, with no grad_fn and no gradient."""
     state = (param.is_leaf, param.requires_grad, param.grad_fn, param.grad)
     if state != (True, True, None, None):
         raise CheckFailed(f"rank {ctx.rank}: {label}: afterwards (is_leaf, requires_grad, grad_fn, grad) = {state}, "
-                          "expected (True, True, None, None): a collective is not an autograd op")
+                          "expected (True, True, None, None): a collective or P2P op is not an autograd op")
 
 
 def _send(ctx: CheckContext, dtype: torch.dtype, salt: int) -> None:
@@ -137,10 +142,7 @@ def _recv_into(ctx: CheckContext, dtype: torch.dtype, salt: int) -> None:
             bad = ref.mismatch(param.detach(), sent[k], dtype)
             if bad:
                 raise CheckFailed(f"rank 1: {label}: {bad}")
-            state = (param.is_leaf, param.requires_grad, param.grad_fn, param.grad)
-            if state != (True, True, None, None):
-                raise CheckFailed(f"rank 1: {label}: afterwards (is_leaf, requires_grad, grad_fn, grad) = {state}, "
-                                  "expected (True, True, None, None)")
+            _still_a_leaf(ctx, label, param)
 
 
 def check_grad_tensors(ctx: CheckContext) -> None:
