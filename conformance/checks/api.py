@@ -141,8 +141,10 @@ def work_future(ctx: CheckContext) -> None:
     held += _zero_timeout_waits(ctx, before)
     _completes_unwaited(ctx)
     _call_orders(ctx)
-    for what, threads in held:  # judged last: a rank failing here leaves no peer waiting for it in a later op
-        _holds_no_exit(ctx, what, threads)
+    if held:  # judged last: a rank failing here leaves no peer waiting for it in a later op
+        positive_exit_holder(ctx)
+        for what, threads in held:
+            _holds_no_exit(ctx, what, threads)
 
 
 # Work calls in the orders a caller makes them: "wait" (work.wait(timeout) returns True), "poll" (is_completed()
@@ -304,8 +306,7 @@ def _holds_no_exit(ctx: CheckContext, what: str, held: set[threading.Thread]) ->
     the world's init or by the op) that would hold the process at exit (``exit_holders``), judged at the end of
     the check so the ranks stay in step: none may be, or a program that ends with the op pending, or without
     destroy_process_group, would not exit until the thread ends (a pending op's: its timeout, 30 min by torch's
-    default; a communicator's: never). The probe is shown to see a thread of the check's own."""
-    positive_exit_holder(ctx)
+    default; a communicator's: never). The caller has shown the probe sees a thread of the check's own."""
     ctx.expect_equal(f"{what}: threads started since the check began that would hold the process at exit (alive, "
                      "not daemons)", [], sorted(t.name for t in held))
 
