@@ -6,9 +6,10 @@ is caught by at least one MUST requirement, every requirement the simulator can 
 least one defect, and the clean simulator passes every MUST. Requirements that can only be judged on
 torch's front end, or that the simulator cannot observe, are listed with the reason.
 
-A simulator switch runs only against the checks whose clean run consulted it: a switch a check never
-consults cannot change what the check does, so there its outcome is the clean one (listed under
-``inferred``; ``everything=True`` runs every pair instead). Cases run in parallel lanes.
+A simulator switch runs only against the checks whose clean run consulted it, and a front-end mutant only
+against those whose clean run called a function it replaces: a defect a check never meets cannot change what
+the check does, so there its outcome is the clean one (listed under ``inferred``; ``everything=True`` runs
+every pair instead). Cases run in parallel lanes.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def _interrupted(say: Any, report_dir: Path) -> ExitCode:
 
 
 def _consulted(folder: Path) -> dict[str, set[str]]:
-    """Requirement id -> the simulator switches any rank consulted in its clean run."""
+    """Requirement id -> the simulator switches any rank consulted, and the front-end mutants whose functions any
+    rank called, in its clean run."""
     found: dict[str, set[str]] = {}
     for path in folder.glob("*.rank*.json"):
         found.setdefault(path.name.split(".rank")[0], set()).update(json.loads(path.read_text()))
@@ -128,10 +130,10 @@ def _unreached(planted: list[Mutant], consulted: dict[str, set[str]], stack: str
 
 def plan(catalog: list[Requirement], sizes: list[int], planted: list[Mutant], consulted: dict[str, set[str]],
          everything: bool = False) -> list[Case]:
-    """The cases to run: each front-end or builder mutant against every requirement, each simulator switch
-    against the requirements whose clean run consulted it (every requirement with ``everything``)."""
+    """The cases to run: each simulator switch or front-end mutant against the requirements whose clean run met
+    it (``Mutant.recorded_as``), the builder mutant against every requirement (every pair with ``everything``)."""
     return [Case(r.id, r.smallest_world_size(sizes), m.name) for m in planted for r in catalog
-            if everything or not m.in_simulator or set(m.defects) & consulted.get(r.id, set())]
+            if everything or not m.recorded_as or set(m.recorded_as) & consulted.get(r.id, set())]
 
 
 def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None,

@@ -27,15 +27,17 @@ def test_build_matrix_flags_uncaught_defects_and_toothless_requirements() -> Non
     assert fixed["teeth_rate"] == 1.0
 
 
-def test_plan_runs_a_switch_only_where_the_clean_run_consulted_it() -> None:
+def test_plan_runs_a_switch_or_front_end_mutant_only_where_the_clean_run_met_it() -> None:
     catalog = load_bound_catalog()[:3]
     a, b, c = (r.id for r in catalog)
     switch = Mutant("avg_as_sum", "", defects=("avg_as_sum",))
     frontend = Mutant("frontend_filter_ignored", "", frontend="frontend_filter_ignored")
-    consulted = {a: {"avg_as_sum", "barrier_no_wait"}, b: {"barrier_no_wait"}}
-    cases = plan(catalog, [2, 4], [switch, frontend], consulted)
+    builder = Mutant("derived_groups_fixed_order", "", group_builder="conformance.planted.builders:x")
+    consulted = {a: {"avg_as_sum", "barrier_no_wait"}, b: {"barrier_no_wait", "frontend_filter_ignored"}}
+    cases = plan(catalog, [2, 4], [switch, frontend, builder], consulted)
     assert [x.requirement for x in cases if x.mutant == "avg_as_sum"] == [a]
-    assert [x.requirement for x in cases if x.mutant == "frontend_filter_ignored"] == [a, b, c]  # no consult record
+    assert [x.requirement for x in cases if x.mutant == "frontend_filter_ignored"] == [b]
+    assert [x.requirement for x in cases if x.mutant == "derived_groups_fixed_order"] == [a, b, c]  # not recorded
     assert len(plan(catalog, [2, 4], [switch], consulted, everything=True)) == 3
     assert all(isinstance(x, Case) and x.world_size in (2, 4) for x in cases)
 
@@ -77,6 +79,8 @@ def test_the_planted_task_records_consulted_switches_and_plants_a_mutant(tmp_pat
     assert clean.outcome == "pass", clean.detail
     consulted = _consulted(tmp_path)["COLL-BARRIER-BLOCKS"]
     assert "barrier_no_wait" in consulted and "p2p_mismatch_silent" not in consulted, consulted
+    assert "frontend_malformed_accepted" in consulted, consulted  # it calls init_process_group, which that wraps
+    assert "frontend_empty_batch_accepted" not in consulted, consulted  # it never calls batch_isend_irecv
     assert planted.outcome == "fail" and after.outcome == "pass", (planted.detail, after.detail)
 
 

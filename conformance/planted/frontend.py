@@ -7,12 +7,16 @@ for the duration of one check (``conformance.planted.task``), through a ``simula
 
 The last two patch the simulator's own classes instead, for API surfaces no simulator switch reaches (what
 destroying a group releases, the list form of gather); the mutation run found both unguarded.
+
+``record_reached`` wraps, in a clean run, every attribute a mutant would replace with a recorder that calls
+the original: a check that never calls any of them cannot be changed by that mutant (the matrix's plan).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -90,6 +94,32 @@ def _gather_reversed(patches: Patches) -> None:
 
     patches.wrap(ListCollectives, "gather",
                  lambda original: lambda self, outputs, *args: original(self, outputs[::-1], *args))
+
+
+class _Reached:
+    """Stands in for ``Patches`` while one mutant's planting function runs in a clean check: each attribute the
+    mutant would replace is wrapped instead to add the mutant's name to ``seen`` when called, then run the
+    original (the mutant's own replacement is never made)."""
+
+    def __init__(self, name: str, seen: set[str], patches: Patches) -> None:
+        self.name, self.seen, self.patches = name, seen, patches
+
+    def wrap(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+        original = getattr(owner, attr)
+
+        @functools.wraps(original)
+        def reached(*args: Any, **kwargs: Any) -> Any:
+            self.seen.add(self.name)
+            return original(*args, **kwargs)
+
+        is_static = isinstance(vars(owner).get(attr), staticmethod)
+        self.patches.replace(owner, attr, staticmethod(reached) if is_static else reached)
+
+
+def record_reached(patches: Patches, seen: set[str]) -> None:
+    """Until ``patches`` is undone, add to ``seen`` the name of each mutant whose replaced functions are called."""
+    for name, (_, plant) in MUTANTS.items():
+        plant(_Reached(name, seen, patches))  # type: ignore[arg-type]
 
 
 MUTANTS: dict[str, tuple[str, Callable[[Patches], None]]] = {

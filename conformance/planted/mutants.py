@@ -29,6 +29,13 @@ class Mutant:
         checks could see it."""
         return bool(self.defects)
 
+    @property
+    def recorded_as(self) -> tuple[str, ...]:
+        """The names a clean run records where it could meet this mutant (``planted.task``): its switches, or
+        its front-end mutant; none for the group builder (read from the environment by name: it runs against
+        every requirement)."""
+        return self.defects or ((self.frontend,) if self.frontend else ())
+
     def overridden(self) -> str:
         """The simulator methods this mutant's defects override, as ``part.method`` (for messages)."""
         return ", ".join(f"{part}.{method}" for d in self.defects
