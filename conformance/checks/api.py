@@ -21,6 +21,7 @@ import torch.distributed as dist
 from conformance.checks.cases import Generation, stable_seed
 from conformance.checks.common import (
     NO_OP,
+    TIMEOUT_NEEDLE,
     UNSUPPORTED,
     Findings,
     default_mode,
@@ -28,6 +29,7 @@ from conformance.checks.common import (
     expect_allreduce_members,
     expect_exact,
     expect_raises,
+    expect_refusal,
     new_comms,
     optional_case,
     options_part,
@@ -56,6 +58,10 @@ BOOL_HINT_SPELLINGS = ("True", "FALSE")  # valid spellings of a boolean hint bey
 FUTURE_WAIT_S = 2.0  # how long a completed Work's future may take to be marked done
 LATE_S = 0.5  # how late (after a barrier) a peer joins where a Work must not say it is done before it
 LONG_TIMEOUT = timedelta(days=1)  # a group timeout of a long job (whole days, no seconds part)
+SHORT_WAIT = timedelta(milliseconds=50)  # a wait(timeout) that elapses while the op waits for its LATE_S-late peer
+# what the error of that wait names: that it timed out, or the timeout it was given (toyccl: 'did not complete
+# within 0:00:00.050000', str of the timedelta)
+SHORT_WAIT_NAMED = (*TIMEOUT_NEEDLE, str(SHORT_WAIT), "50ms", "50 ms", "0.05 s", "0.05s")
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
@@ -141,6 +147,7 @@ def work_future(ctx: CheckContext) -> None:
     held += _zero_timeout_waits(ctx, before)
     _completes_unwaited(ctx)
     _call_orders(ctx)
+    _elapsed_waits(ctx)
     if held:  # judged last: a rank failing here leaves no peer waiting for it in a later op
         positive_exit_holder(ctx)
         for what, threads in held:
@@ -299,6 +306,82 @@ def _not_done_yet(ctx: CheckContext, what: str, work: dist.Work, start: float) -
         return
     ctx.expect_equal(f"{what}: work.is_completed() at once (the call returned after {took:.2f} s)", False,
                      work.is_completed())
+
+
+def _elapsed_waits(ctx: CheckContext) -> None:
+    """work.wait(timeout) whose timeout elapses before the op can complete raises, reading as a timeout: on an
+    all_reduce whose last rank joins ``LATE_S`` late (its other ranks wait) and an irecv on the first rank whose
+    sender (the last rank) sends ``LATE_S`` late, each on a group of its own. c10d's Work::wait raises 'Operation
+    timed out!' (seen on gloo's all_reduce, 2.13), gloo's recv 'Timed out waiting 50ms for recv operation to
+    complete' (seen), ProcessGroupNCCL's wait with a timeout blocks the CPU, aborts the communicators and raises.
+    A Work that returns instead (False, or True before the op ran) tells its caller the op is done or lets the
+    timeout pass unseen. What follows differs by backend (gloo's all_reduce runs on; its recv closes the pair;
+    NCCL's communicator is aborted), so it is not judged: the works are waited out with any error ignored. A
+    wait that begins late (a loaded host, or a call that waited for the peer) is noted, not judged."""
+    n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    found = Findings(ctx)  # judged after both, so that every rank takes every step
+    for kind in ("all_reduce", "irecv"):
+        group = ctx.new_group(list(range(n)), timeout_s=ctx.timeout_s)
+        t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+        dist.barrier()
+        start = time.monotonic()
+        if ctx.rank == last:
+            time.sleep(LATE_S)
+        waiter = ctx.rank != last if kind == "all_reduce" else ctx.rank == first
+        what = (f"all_reduce (rank {last} joins {LATE_S} s late)" if kind == "all_reduce"
+                else f"irecv from rank {last} (sent {LATE_S} s late)")
+        issue = functools.partial(_late_peer_op, ctx, kind, group, t)
+        work = issue() if waiter else _quietly(issue)
+        if waiter and work is not None:
+            found.case(_wait_elapses, ctx, f"{what}: work.wait(timeout={SHORT_WAIT.total_seconds() * 1000:.0f} ms)",
+                       work, start)
+        with contextlib.suppress(Exception):
+            if work is not None:
+                work.wait()
+        dist.barrier()  # the world's: a gloo recv that timed out closed its pair of this group
+        dist.destroy_process_group(group)
+    found.conclude()
+
+
+def _wait_elapses(ctx: CheckContext, what: str, work: dist.Work, start: float) -> None:
+    """``work.wait(SHORT_WAIT)`` raises a RuntimeError reading as a timeout or naming the timeout it was given
+    (``SHORT_WAIT_NAMED``): any return is a failure (the op waits for its peer, ``LATE_S`` after ``start``; a
+    wait that returns True once the peer came waited past its timeout). Not judged where the wait begins more
+    than a quarter of ``LATE_S`` after ``start`` (a loaded host, or a call that waited for the peer): noted."""
+    begun = time.monotonic()
+    if begun - start > LATE_S / 4:
+        ctx.note(f"{what}: not judged, the wait began {begun - start:.2f} s after the op was issued")
+        return
+    try:
+        returned = work.wait(timeout=SHORT_WAIT)
+    except RuntimeError as exc:
+        expect_refusal(ctx, what, exc, (SHORT_WAIT_NAMED,), (TIMEOUT_NEEDLE,))
+        return
+    except Exception as exc:  # noqa: BLE001 - another class is a finding
+        raise CheckFailed(f"rank {ctx.rank}: {what}: expected a RuntimeError reading as a timeout, observed "
+                          f"{type(exc).__name__}: {exc}") from None
+    raise CheckFailed(f"rank {ctx.rank}: {what}: expected a RuntimeError reading as a timeout (the op waits for "
+                      f"its peer, {LATE_S} s late), observed it returned {returned!r} after "
+                      f"{time.monotonic() - begun:.2f} s")
+
+
+def _late_peer_op(ctx: CheckContext, kind: str, group: Any, t: torch.Tensor) -> dist.Work | None:
+    """This rank's part of ``_elapsed_waits``' op: an all_reduce on every rank; for "irecv", the first rank
+    receives from the last, which sends (other ranks: nothing)."""
+    first, last = 0, ctx.world_size - 1
+    if kind == "all_reduce":
+        return dist.all_reduce(t, group=group, async_op=True)
+    if ctx.rank == first:
+        return dist.irecv(t, src=last, group=group)
+    return dist.isend(t, dst=first, group=group) if ctx.rank == last else None
+
+
+def _quietly(call: Callable[[], dist.Work | None]) -> dist.Work | None:
+    """``call()``, or None if it raised: a late peer's op after its peer's wait timed out may fail either way."""
+    try:
+        return call()
+    except Exception:  # noqa: BLE001 - not judged: what follows a timed-out wait differs by backend
+        return None
 
 
 def _holds_no_exit(ctx: CheckContext, what: str, held: set[threading.Thread]) -> None:

@@ -90,12 +90,15 @@ IN_PLACE = _plan("gather/reduce_scatter in place", False, (("kind", "out_layout"
                                                           ("kind", "size", gc.TINY)),
                  kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
                  out_layout=gc.CONTIGUOUS_LAYOUTS)
+# an expanded input (stride 0: every element one memory location, as `torch.tensor(v).expand(n)` gives) only where
+# the op reads it and writes elsewhere: all_reduce and broadcast write their input
 NONCONTIGUOUS = Plan("non-contiguous", {
     "kind": ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"),
-    "in_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS), "out_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS),
+    "in_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS, "expanded"), "out_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS),
     "op": ("SUM", "MAX"), "dtype": (torch.float32, torch.int64, torch.bfloat16), "size": gc.sizes(big=False),
     "values": ("extremes", "full range")},
     valid=lambda d: ("flat" not in (d["in_layout"], d["out_layout"]) or d["in_layout"] != d["out_layout"])
+    and (d["in_layout"] != "expanded" or d["kind"] in ("all_gather_into_tensor", "reduce_scatter_tensor"))
     and op_matters(d) and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE,
     pairwise=(("kind", "in_layout"),))
 # a strided (every other element) input and output too: a backend that stages a non-contiguous output must
@@ -303,6 +306,8 @@ def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], lab
     in_layout, out_layout = case["in_layout"], case["out_layout"]
     op = case["op"] if kind == "reduce_scatter_tensor" else None
     ins = member_inputs(ctx, case, members, shard * (n if op else 1), op)
+    if in_layout == "expanded":
+        ins = {m: data.first_repeated(x) for m, x in ins.items()}
     placed_in = data.place(ins[ctx.rank], in_layout, ctx.device)
     out = data.empty_like_layout(shard * (1 if op else n), dtype, out_layout, ctx.device)
     what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} output"

@@ -300,7 +300,7 @@ def bad_args_refused(ctx: CheckContext) -> None:
     found = Findings(ctx)
     for case in bad_args_plan(ctx.world_size).cases(ctx.generation, ctx.world_size):
         found.case(_bad_args_case, ctx, case)
-    for root in (ctx.world_size, -1):
+    for root in (ctx.world_size, ctx.world_size + 1, 2**31 - 1, -1):  # each side's edge, and past it
         for op in ROOTED:
             found.case(_root_outside, ctx, op, root)
     dist.barrier()
@@ -437,8 +437,11 @@ def _stays_failed(ctx: CheckContext, what: str, pending: Pending, needles: tuple
     """A Work whose wait() raised stays failed, as c10d's Work defines one (v2.13.0
     torch/csrc/distributed/c10d/Work.hpp: wait() is 'while (!isCompleted()); if (!isSuccess())
     rethrow(exception())'): is_completed() is True, is_success() False (NCCL's deprecation refusal noted),
-    exception() holds the error, and a second wait() raises again, as the first did (gloo: seen for a timed-out
-    all_reduce and irecv). Not judged where the call itself raised (no Work)."""
+    exception() holds the error, a second wait() raises again, as the first did (gloo: seen for a timed-out
+    all_reduce and irecv), and the Work's future is done and raises the error too (c10d's Work completes its
+    future with the error, Work::finish; a caller chaining on get_future() must not read the unfilled outputs);
+    a target whose Work has no future ('getFuture not implemented': gloo's send and recv) is noted. Not judged
+    where the call itself raised (no Work)."""
     work = pending.work
     if work is None:
         return
@@ -449,6 +452,17 @@ def _stays_failed(ctx: CheckContext, what: str, pending: Pending, needles: tuple
     ctx.expect(work.exception() is not None, f"{what}: work.exception() after its wait() raised", "the error",
                None)
     expect_raises(ctx, f"{what}: a second wait() of the failed work", pending.wait, DIST_ERRORS, contains=needles,
+                  timeout_contains=(TIMEOUT_NEEDLE,))
+    try:
+        future = work.get_future()
+    except RuntimeError as exc:
+        if "not implemented" not in str(exc):
+            raise CheckFailed(f"rank {ctx.rank}: {what}: work.get_future() of the failed work: expected its future, "
+                              f"observed RuntimeError: {exc}") from None
+        ctx.note(f"{what}: the work has no future ({exc}): its failure through the future not judged")
+        return
+    ctx.expect_equal(f"{what}: get_future().done() after its wait() raised", True, future.done())
+    expect_raises(ctx, f"{what}: get_future().wait() of the failed work", future.wait, DIST_ERRORS, contains=needles,
                   timeout_contains=(TIMEOUT_NEEDLE,))
 
 

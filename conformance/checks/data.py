@@ -331,8 +331,9 @@ def nchw_shape(count: int) -> tuple[int, int, int, int]:
 
 def place(flat: torch.Tensor, layout: str, device: object, shape: tuple[int, ...] | None = None) -> Placed:
     """``flat``'s values in ``layout`` on ``device``: flat, N-D (``shape``, else ``nd_shape``), at a non-zero
-    storage offset, strided (every other element of a wider buffer, from offset 1) or transposed (a 2-D
-    transpose: non-contiguous)."""
+    storage offset, strided (every other element of a wider buffer, from offset 1), transposed (a 2-D
+    transpose: non-contiguous) or expanded (``flat``'s first value seen ``count`` times through stride 0, one
+    memory location for every element: pass ``first_repeated(flat)`` so the values agree)."""
     count, dtype = flat.numel(), flat.dtype
     fill = canary(dtype)
     if layout == "flat":
@@ -352,6 +353,9 @@ def place(flat: torch.Tensor, layout: str, device: object, shape: tuple[int, ...
             memory_format=torch.channels_last)
         backing.copy_(flat.reshape(backing.shape).to(device))
         return Placed(backing, backing, layout)
+    elif layout == "expanded":  # an input only (stride 0: `torch.tensor(v).expand(n)`, broadcast_to): see below
+        backing = (flat[:1] if count else torch.full((1,), fill, dtype=dtype)).clone().to(device)
+        return Placed(backing.expand(count), backing, layout)
     elif layout == "transposed":
         a, *rest = nd_shape(count)
         b = 1
@@ -365,6 +369,11 @@ def place(flat: torch.Tensor, layout: str, device: object, shape: tuple[int, ...
         raise KeyError(f"no layout {layout!r}")
     view.copy_(flat.to(device))
     return Placed(view, backing, layout)
+
+
+def first_repeated(flat: torch.Tensor) -> torch.Tensor:
+    """``flat``'s first value at every position: the values of its ``expanded`` placement."""
+    return flat[:1].expand(flat.numel()).clone() if flat.numel() else flat
 
 
 def empty_like_layout(count: int, dtype: torch.dtype, layout: str, device: object,
