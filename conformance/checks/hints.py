@@ -298,10 +298,11 @@ def invalid_refused(ctx: CheckContext) -> None:
         cases += [({"hints": hints}, key, value) for key, value in INVALID_HINTS
                   for hints in (in_company({key: value}) if value == INVALID_HINTS_IN_COMPANY.get(key)
                                 else [{key: value}])]
+        cases += [({"hints": {key: value}}, key, value) for key, value in INVALID_TYPED_HINTS]
     else:
         ctx.note("hint values not checked: the target lacks capability hints (a hints map on its options); "
                  "a backend whose options carry one declares hints")
-    needles = [(fields, (value, refusal_words(ctx, key, key))) for fields, key, value in cases]
+    needles = [(fields, (str(value), refusal_words(ctx, key, key))) for fields, key, value in cases]
     needles += [(case.fields, (case.refused_value, tuple(w for k in case.refused_keys
                                                           for w in refusal_words(ctx, k, k))))
                 for case in ctas_cases() if not case.valid]
@@ -310,6 +311,11 @@ def invalid_refused(ctx: CheckContext) -> None:
             warnings.simplefilter("ignore")  # the unknown keys of in_company: HINT-UNKNOWN-WARN's subject
             expect_raises(ctx, f"new_group with invalid option {fields}",
                           lambda f=fields: dist.new_group(ranks, pg_options=options_part(ctx).make(**f)),
+                          (ValueError, TypeError, RuntimeError), contains)
+        with warnings.catch_warnings():  # the same values set on a valid object after it was made (NCCL's style)
+            warnings.simplefilter("ignore")
+            expect_raises(ctx, f"new_group with options made valid, then set to {fields}",
+                          lambda f=fields: dist.new_group(ranks, pg_options=_set_late(ctx, f)),
                           (ValueError, TypeError, RuntimeError), contains)
     for label, foreign in FOREIGN_OPTIONS:  # not the backend's options type: refused, never read as defaults
         expect_raises(ctx, f"new_group with pg_options {label}",
@@ -321,6 +327,16 @@ def invalid_refused(ctx: CheckContext) -> None:
         edge = {"minCTAs": "4", "maxCTAs": "4"}
         group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=edge))
         expect_allreduce_members(ctx, group, ranks, f"new_group with hints {edge} (minCTAs equal to maxCTAs)")
+
+
+def _set_late(ctx: CheckContext, fields: dict[str, Any]) -> Any:
+    """An options object made with no fields (valid), then given ``fields`` by assignment, as NCCL's users set
+    ``opts.config.max_ctas`` after ``ProcessGroupNCCL.Options()`` (NCCL checks the config when the communicator is
+    made, ncclCommInitRankConfig): a backend that validates only in its constructor lets these through. A refusal
+    at the assignment itself is a refusal too (``expect_raises`` judges what it says)."""
+    options = options_part(ctx).make()
+    options_part(ctx).change(options, **fields)
+    return options
 
 
 # pg_options a backend cannot use: the fields as a dict, as text, an object of no options type. torch refuses them
@@ -340,6 +356,11 @@ INVALID_HINTS: tuple[tuple[str, str], ...] = (
     *((key, value) for key in ("maxCTAs", "minCTAs", "cgaClusterSize") for value in ("lots", "-4", "")),
     ("is_high_priority_stream", "maybe"), ("is_high_priority_stream", ""),
 )
+# The same kinds of value given as Python numbers rather than text (torchcomms' hints are a map of strings; a
+# backend that takes other types must not let them past its checks): a negative int, a float, an int that is no
+# boolean
+INVALID_TYPED_HINTS: tuple[tuple[str, Any], ...] = (("maxCTAs", -4), ("cgaClusterSize", 2.5),
+                                                   ("is_high_priority_stream", 2))
 INVALID_HINTS_IN_COMPANY = {"maxCTAs": "lots", "minCTAs": "-4", "cgaClusterSize": "-4",
                             "is_high_priority_stream": "maybe"}
 
