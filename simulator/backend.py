@@ -662,7 +662,9 @@ def create(settings: SimSettings, common: Any, pg_options: Any) -> SimProcessGro
             pg_options = settings.parts.creator.world_options(pg_options)
         prefix, namespace = world_namespace(store, rank)
         root = root_store(store)
-        comm_store = dist.PrefixStore(namespace, root) if root is not None else store
+        # every world under its own uid, on any store: a world made again on a store object an earlier one used
+        # (its group names restart at "0" after destroy_process_group) must not meet that world's keys
+        comm_store = dist.PrefixStore(namespace, root if root is not None else store)
         world = settings.group_class(store, rank, size, global_ranks, pg_options, timeout_s, comm_store=comm_store,
                                      prefix=prefix, root=root, namespace=namespace if root is not None else "",
                                      is_world=True, settings=settings)

@@ -353,7 +353,7 @@ def place(flat: torch.Tensor, layout: str, device: object, shape: tuple[int, ...
             memory_format=torch.channels_last)
         backing.copy_(flat.reshape(backing.shape).to(device))
         return Placed(backing, backing, layout)
-    elif layout == "expanded":  # an input only (stride 0: `torch.tensor(v).expand(n)`, broadcast_to): see below
+    elif layout == "expanded":  # an input only: an op cannot write to it (stride 0, as `torch.tensor(v).expand(n)`)
         backing = (flat[:1] if count else torch.full((1,), fill, dtype=dtype)).clone().to(device)
         return Placed(backing.expand(count), backing, layout)
     elif layout == "transposed":
