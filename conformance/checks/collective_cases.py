@@ -154,7 +154,8 @@ def expected_reduction(case: Case, columns: list[torch.Tensor], op: str) -> data
 
 
 def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[], object],
-        noncontiguous: bool = False, required: bool | None = None, extra_names: tuple[str, ...] = ()) -> bool:
+        noncontiguous: bool = False, required: bool | None = None, extra_names: tuple[str, ...] = (),
+        overlapping: bool = False) -> bool:
     """Run a case's call: required cases (by default the required ops on the required dtypes, contiguous, and
     an op that moves data without reducing it, ``op`` None, on every dtype, contiguous) must run; optional ones
     may be refused naming the op, the dtype, contiguity or ``extra_names``: then ``Declined`` (run_plan re-runs
@@ -169,7 +170,9 @@ def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[
     if required:
         fn()
         return True
-    key = f"{dict(case.dims).get('kind', case.plan)} {op} {dtype} {'non-contiguous' if noncontiguous else ''}"
+    # an overlapping (expanded) input is a layout of its own: a backend may take non-dense views and refuse it
+    layout = "overlapping" if overlapping else "non-contiguous" if noncontiguous else ""
+    key = f"{dict(case.dims).get('kind', case.plan)} {op} {dtype} {layout}"
     if refused_before(ctx, key):  # refused once already (and noted): every rank skips it alike
         raise Declined(key)
     names = refusal_names(op, dtype, *(CONTIGUOUS_WORDS if noncontiguous else ()), *extra_names)
@@ -316,7 +319,7 @@ def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], lab
                                                   group=group)
     else:
         call = lambda: dist.all_gather_into_tensor(out.view, placed_in.view, group=group)  # noqa: E731
-    if not run(ctx, case, what, op, call, noncontiguous=True):
+    if not run(ctx, case, what, op, call, noncontiguous=True, overlapping=in_layout == "expanded"):
         return
     if op:
         full = expected_reduction(case, [ins[m] for m in members], op)

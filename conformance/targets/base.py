@@ -124,6 +124,12 @@ class Traits:
     # Whether a send may stay outstanding while its receiver first runs collectives of the same group (False
     # where a send blocks the device queue it shares with the group's collectives until its receive is posted).
     sends_pass_collectives: bool = True
+    # Whether a Work's future is completed when the op is enqueued, with its outputs, whatever the op's fate
+    # (ProcessGroupNCCL marks it so at launch): a failed op's future then says nothing, and is not judged.
+    future_done_at_launch: bool = False
+    # Whether a wait(timeout) that elapses aborts the group's communicator (ProcessGroupNCCL's wait with a
+    # timeout does): the late peers' ops then never complete, so no check lets a timed wait elapse there.
+    timed_wait_aborts: bool = False
 
 
 class Target(abc.ABC):

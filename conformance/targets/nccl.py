@@ -307,6 +307,11 @@ class NcclTarget(Target):
         # work completes and raises when it has not ("... milliseconds before timing out", torch 2.15.0
         # libtorch_cuda.so). P2P-MISMATCH waits with this timeout so a receive that never completes is seen.
         p2p_wait_timeout_s=10.0,
+        # ProcessGroupNCCL::collective and ::pointToPoint mark the Work's future completed with its outputs at
+        # launch (work->future_->markCompleted(at::IValue(*work->outputs_))), and WorkNCCL::wait given a timeout
+        # aborts the communicators before it throws (ProcessGroupNCCL.cpp, read through search)
+        future_done_at_launch=True,
+        timed_wait_aborts=True,
         # How this stack words the refusals checks look for (conformance.checks.common.refusal_words):
         # ProcessGroupNCCL refuses a strided P2P tensor with "Tensors for P2P must be non-overlapping and
         # dense" (in torch 2.15.0's libtorch_cuda.so); NCCL refuses config with "Invalid config
