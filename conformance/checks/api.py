@@ -315,8 +315,8 @@ def _elapsed_waits(ctx: CheckContext) -> None:
     timed out!' (seen on gloo's all_reduce, 2.13), gloo's recv 'Timed out waiting 50ms for recv operation to
     complete' (seen), ProcessGroupNCCL's wait with a timeout blocks the CPU, aborts the communicators and raises.
     A Work that returns instead (False, or True before the op ran) tells its caller the op is done or lets the
-    timeout pass unseen. What follows differs by backend (gloo's all_reduce runs on; its recv closes the pair;
-    NCCL's communicator is aborted), so it is not judged: the works are waited out with any error ignored. A
+    timeout pass unseen. What follows differs by backend (gloo's all_reduce runs on; its recv closes the pair),
+    so it is not judged: the works are waited out, bounded, with any error ignored. A
     wait that begins late (a loaded host, or a call that waited for the peer) is noted, not judged. World size 2
     or more (at 1 there is no late peer); not tried where a timed wait aborts the communicator
     (``Traits.timed_wait_aborts``: ProcessGroupNCCL)."""
