@@ -260,15 +260,19 @@ def cmd_coverage(args: argparse.Namespace) -> ExitCode:
 
 def cmd_defects(args: argparse.Namespace) -> ExitCode:
     """Run the defect matrix against the simulator."""
-    from conformance.defect_matrix import run_matrix
+    from conformance.defect_matrix import earlier_catches, run_matrix
 
     try:
         inputs.report_dir(args.report_dir)
         load_bound_catalog()
+        if args.order_from is not None and not args.first_catch:
+            raise ValueError("--order-from orders --first-catch's cases: give both or neither")
+        earlier = earlier_catches(args.order_from) if args.order_from is not None else None
     except ValueError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return ExitCode.BAD_INPUT
-    return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console, stack=args.stack)
+    return run_matrix(args.world_sizes, args.report_dir, args.timeout, progress=console, stack=args.stack,
+                      first_catch=args.first_catch, earlier=earlier)
 
 
 class _CertifyHelp(argparse.RawDescriptionHelpFormatter):
@@ -356,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-dir", type=Path, default=Path("reports"))
     # Above the ~5 s stall some sandboxes add to a store connect: shorter, a slow connect reads as a lost peer.
     p.add_argument("--timeout", type=_timeout, default=8.0, help="per-check timeout; mutants make ranks wait it out")
+    p.add_argument("--first-catch", action="store_true",
+                   help="only the cases that can still change a verdict (a defect not yet caught, a requirement "
+                        "without teeth yet): the same three verdicts, partial 'caught by' lists")
+    p.add_argument("--order-from", type=Path, default=None, metavar="DEFECTS_JSON",
+                   help="with --first-catch: run each defect first against the requirements that caught it in "
+                        "this earlier matrix (e.g. reports/defects.json); the order changes no verdict")
     _add_stack_arg(p)
     _add_generation_args(p)
     p.set_defaults(fn=cmd_defects)

@@ -10,6 +10,13 @@ A simulator switch runs only against the checks whose clean run consulted it, an
 against those whose clean run called a function it replaces: a defect a check never meets cannot change what
 the check does, so there its outcome is the clean one (listed under ``inferred``; ``everything=True`` runs
 every pair instead). Cases run in parallel lanes.
+
+``first_catch`` answers only the three verdicts, in fewer cases (CI's guard): a planted case is skipped once its
+defect is caught by a MUST requirement and its requirement has caught some defect, and where its requirement does
+not pass clean (it cannot catch there); the "caught by" lists are then partial, and the report says so. Its cases
+run in an order that finds catches early: first each defect against the requirements that caught it in an earlier
+matrix (``earlier_catches`` of a defects.json), then the rest, cheapest clean check first. The order changes which
+cases are skipped, never a verdict.
 """
 
 from __future__ import annotations
@@ -86,6 +93,8 @@ def render(matrix: dict[str, Any]) -> str:
              f"- requirements observable on the simulator caught by some defect: {matrix['teeth_rate']:.0%}",
              f"- clean simulator MUST failures: {matrix['clean_must_failures'] or 'none'}",
              f"- clean cases run again alone after an error: {matrix.get('clean_retried') or 'none'}",
+             *([f"- first catch only: {sum(map(len, matrix['skipped'].values()))} planted cases skipped once they "
+                "could change no verdict, so each 'caught by' list is partial"] if matrix.get("first_catch") else []),
              "", "| defect | caught by |", "| --- | --- |"]
     for name, row in matrix["mutants"].items():
         lines.append(f"| `{name}` | {', '.join(row['caught_by']) or '**NOT CAUGHT**'} |")
@@ -136,11 +145,53 @@ def plan(catalog: list[Requirement], sizes: list[int], planted: list[Mutant], co
             if everything or not m.recorded_as or set(m.recorded_as) & consulted.get(r.id, set())]
 
 
+class _FirstCatch:
+    """First-catch mode's bookkeeping: which defects a MUST requirement caught and which requirements caught one
+    so far, and the cases left out because neither can change any more."""
+
+    def __init__(self, clean: dict[str, str], levels: dict[str, str]) -> None:
+        self._clean, self._levels = clean, levels
+        self._caught: set[str] = set()
+        self._toothed: set[str] = set()
+        self.skipped: dict[str, list[str]] = {}
+
+    def record(self, o: CaseOutcome) -> None:
+        if _catches(o.outcome, self._clean[o.case.requirement]):
+            self._toothed.add(o.case.requirement)
+            if self._levels[o.case.requirement] == "MUST":
+                self._caught.add(o.case.mutant)
+
+    def wanted(self, case: Case) -> bool:
+        """Whether ``case`` can still change a verdict (its outcome is recorded as skipped otherwise)."""
+        rid = case.requirement
+        want = self._clean[rid] == Outcome.PASS and (case.mutant not in self._caught or rid not in self._toothed)
+        if not want:
+            self.skipped.setdefault(case.mutant, []).append(rid)
+        return want
+
+
+def earlier_catches(path: Path) -> dict[str, list[str]]:
+    """Defect -> the requirements that caught it, from an earlier matrix's defects.json."""
+    try:
+        earlier = json.loads(path.read_text())["mutants"]
+        return {m: list(row["caught_by"]) for m, row in earlier.items()}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--order-from {path}: not a defects.json the matrix wrote ({exc})") from None
+
+
+def catches_first(cases: list[Case], earlier: dict[str, list[str]], clean_s: dict[str, float]) -> list[Case]:
+    """``cases`` with each defect's earlier catches first, then the rest; cheapest clean check first within each."""
+    return sorted(cases, key=lambda c: (c.requirement not in earlier.get(c.mutant, ()), clean_s.get(c.requirement, 0)))
+
+
 def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progress: Console | None = None,
-               lanes: int = LANES, everything: bool = False, stop_early: bool = True, stack: str = "") -> ExitCode:
+               lanes: int = LANES, everything: bool = False, stop_early: bool = True, stack: str = "",
+               first_catch: bool = False, earlier: dict[str, list[str]] | None = None) -> ExitCode:
     """Run clean + every mutant, write reports/defects.{json,md}; exit 1 unless all three targets hold.
 
     ``stop_early``: a planted case ends once a rank fails (see ``Lanes``); off, its peers run to their end.
+    ``first_catch``: only the cases that can still change a verdict, each defect first against the requirements
+    that caught it in an ``earlier`` matrix (see the module's docstring).
     ``stack``: the NCCL stack the simulator models (default: what this torch's ``nccl`` means).
 
     An interrupted matrix writes nothing (a partial one would report the unrun checks as misses): exit 3.
@@ -170,7 +221,13 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
                 not_applicable.update(unreached)
                 planted = [m for m in planted if m.name not in unreached]
                 cases = plan(catalog, sizes, planted, consulted, everything)
-                runs = pool.run(cases, _progress(say, cases, clean))
+                tracker = None
+                if first_catch:
+                    tracker = _FirstCatch(clean, levels)
+                    cases = catches_first(cases, earlier or {},
+                                          {o.case.requirement: o.duration_s for o in clean_runs})
+                report = _Progress(say, cases, clean, tracker)
+                runs = pool.run(cases, report, wanted=report.wanted)
         except KeyboardInterrupt:
             pool.close(at_once=True)
             return _interrupted(say, report_dir)
@@ -189,7 +246,11 @@ def run_matrix(world_sizes: list[int], report_dir: Path, timeout_s: float, progr
     matrix["clean_failure_details"] = {rid: o.detail for o in clean_runs
                                        if (rid := o.case.requirement) in matrix["clean_must_failures"]}
     matrix["not_applicable"] = not_applicable
-    matrix["inferred"] = {m: sorted(set(clean) - rids) for m, rids in ran.items() if set(clean) - rids}
+    skipped = tracker.skipped if tracker else {}
+    matrix["first_catch"] = first_catch
+    matrix["skipped"] = {m: sorted(rids) for m, rids in skipped.items()}
+    matrix["inferred"] = {m: left for m, rids in ran.items()
+                          if (left := sorted(set(clean) - rids - set(skipped.get(m, ()))))}
     matrix["seconds"] = {m: round(t, 2) for m, t in seconds.items()}
     matrix["torch"] = str(TORCH)
     matrix["stack"] = stack
@@ -219,21 +280,36 @@ def _retry_unjudged(pool: Lanes, clean_runs: list[CaseOutcome], timeout_s: float
     return again
 
 
-def _progress(say: Callable[..., None], cases: list[Case], clean: dict[str, str]) -> Callable[[CaseOutcome], None]:
-    """A line per mutant once its last case is in, naming what caught it."""
-    left: dict[str, int] = {}
-    for case in cases:
-        left[case.mutant] = left.get(case.mutant, 0) + 1
-    hits: dict[str, list[str]] = {m: [] for m in left}
-    done = [0]
+class _Progress:
+    """A line per mutant once none of its cases is left (run, or in first-catch mode skipped), naming what caught
+    it; called with each outcome, and ``wanted`` filters the cases (first-catch mode)."""
 
-    def report(o: CaseOutcome) -> None:
-        left[o.case.mutant] -= 1
-        if _catches(o.outcome, clean[o.case.requirement]):
-            hits[o.case.mutant].append(o.case.requirement)
-        if not left[o.case.mutant]:
-            done[0] += 1
-            caught = ", ".join(hits[o.case.mutant]) or "NOTHING"
-            say(f"[{done[0]:>2}/{len(left)}] {o.case.mutant:<32} caught by {caught}")
+    def __init__(self, say: Callable[..., None], cases: list[Case], clean: dict[str, str],
+                 tracker: _FirstCatch | None) -> None:
+        self._say, self._clean, self._tracker = say, clean, tracker
+        self._left: dict[str, int] = {}
+        for case in cases:
+            self._left[case.mutant] = self._left.get(case.mutant, 0) + 1
+        self._hits: dict[str, list[str]] = {m: [] for m in self._left}
+        self._done = 0
+        self.wanted = self._wanted if tracker else None
 
-    return report
+    def __call__(self, o: CaseOutcome) -> None:
+        if self._tracker is not None:
+            self._tracker.record(o)
+        if _catches(o.outcome, self._clean[o.case.requirement]):
+            self._hits[o.case.mutant].append(o.case.requirement)
+        self._one_less(o.case.mutant)
+
+    def _wanted(self, case: Case) -> bool:
+        if self._tracker is None or self._tracker.wanted(case):
+            return True
+        self._one_less(case.mutant)
+        return False
+
+    def _one_less(self, mutant: str) -> None:
+        self._left[mutant] -= 1
+        if not self._left[mutant]:
+            self._done += 1
+            caught = ", ".join(self._hits[mutant]) or "NOTHING"
+            self._say(f"[{self._done:>2}/{len(self._left)}] {mutant:<32} caught by {caught}")

@@ -43,17 +43,24 @@ HARNESS_MODULES = frozenset({
     "test_bad_input.py", "test_torch_pin.py", "test_readme.py", "test_spec.py", "test_check_rules.py",
     "test_runner_faults.py", "runner/test_pool.py", "runner/test_hangs.py", "runner/test_messages.py",
     "report/test_expectations.py", "report/test_judged.py", "report/test_records.py", "report/test_report.py"})
+# Modules that measure the checks' power on planted vendor bugs (toyccl variants, gap backends): each must fail its
+# requirement. Marked ``teeth``; like the defect matrix they run on CI's first torch, and CI's stage 2 leaves them
+# out (a whole-suite teeth measure per torch: scripts/torch_versions.py).
+TEETH_MODULES = frozenset({"vendor/test_variants.py", "vendor/test_gap_backends.py"})
 TESTS = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the items of ``HARNESS_MODULES`` ``harness``. Run the longest items first, so that pytest-xdist's
-    workers finish together instead of one of them starting the defect matrix (tens of seconds) while the
-    other runs out of work: items marked ``slow``, then those of modules that start processes with
-    ``subprocess`` (seconds each), then the rest, each in collection order."""
+    """Mark the items of ``HARNESS_MODULES`` ``harness`` and those of ``TEETH_MODULES`` ``teeth``. Run the longest
+    items first, so that pytest-xdist's workers finish together instead of one of them starting the defect matrix
+    (tens of seconds) while the other runs out of work: items marked ``slow``, then those of modules that start
+    processes with ``subprocess`` (seconds each), then the rest, each in collection order."""
     for item in items:
-        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix() in HARNESS_MODULES:
+        where = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        if where in HARNESS_MODULES:
             item.add_marker(pytest.mark.harness)
+        if where in TEETH_MODULES:
+            item.add_marker(pytest.mark.teeth)
 
     def cost(item: pytest.Item) -> int:
         if item.get_closest_marker("slow"):

@@ -68,6 +68,18 @@ def test_report_dir_that_is_a_file(command, tmp_path, capsys, no_pool) -> None:
     assert str(file) in line and "not a directory" in line
 
 
+@pytest.mark.parametrize(("text", "first_catch", "says"), [
+    ("{}", True, "not a defects.json the matrix wrote"),
+    ("not json", True, "not a defects.json the matrix wrote"),
+    ('{"mutants": {}}', False, "give both or neither")])
+def test_bad_defects_order_from(text, first_catch, says, tmp_path, capsys, no_pool) -> None:
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(text)
+    argv = ["defects", "--report-dir", str(tmp_path / "r"), "--order-from", str(earlier)]
+    line = _refused([*argv, *(["--first-catch"] if first_catch else [])], capsys)
+    assert "--order-from" in line and says in line
+
+
 def test_report_dir_that_cannot_be_created(tmp_path, capsys, no_pool) -> None:
     line = _refused([*_run(tmp_path), "--report-dir", "/proc/cfm-no-such-dir/reports"], capsys)
     assert "/proc/cfm-no-such-dir/reports" in line and "not writable" in line

@@ -1,17 +1,20 @@
-"""The defect matrix: 100% both ways and a clean simulator passing every MUST (runs the whole matrix)."""
+"""The defect matrix: 100% both ways and a clean simulator passing every MUST (the matrix in first-catch mode: the
+same verdicts as the whole one, benchmarks/bench_defect_matrix.py compares them)."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from conformance.defect_matrix import _consulted, _retry_unjudged, build_matrix, plan, run_matrix
+from conformance.defect_matrix import _consulted, _retry_unjudged, build_matrix, earlier_catches, plan, run_matrix
 from conformance.planted.lanes import Case, CaseOutcome
 from conformance.planted.mutants import Mutant, mutants
 from conformance.planted.task import TASK
 from conformance.runner.orchestrate import run_case
 from conformance.runner.pool import PoolSet
 from conformance.session import load_bound_catalog
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_build_matrix_flags_uncaught_defects_and_toothless_requirements() -> None:
@@ -86,12 +89,15 @@ def test_the_planted_task_records_consulted_switches_and_plants_a_mutant(tmp_pat
 
 @pytest.mark.slow
 def test_every_defect_caught_every_requirement_has_teeth(tmp_path: Path) -> None:
-    code = run_matrix([2, 4], tmp_path, timeout_s=8.0)  # headroom: CI runs this beside other tests on 2 cores
+    # headroom: CI runs this beside other tests on 2 cores; first catch: the verdicts, not every pair's outcome
+    code = run_matrix([2, 4], tmp_path, timeout_s=8.0, first_catch=True,
+                      earlier=earlier_catches(ROOT / "reports" / "defects.json"))
     matrix = json.loads((tmp_path / "defects.json").read_text())
     verdicts = {k: matrix[k] for k in ("uncaught_mutants", "requirements_without_teeth", "clean_must_failures")}
     assert code == 0, f"{verdicts}; clean outcomes: {matrix['clean']}; why: {matrix['clean_failure_details']}"
     assert matrix["kill_rate"] == 1.0 and matrix["teeth_rate"] == 1.0
-    assert "| defect | caught by |" in (tmp_path / "defects.md").read_text()
+    md = (tmp_path / "defects.md").read_text()
+    assert "| defect | caught by |" in md and "first catch only: " in md
 
 
 def test_a_failing_rank_stops_its_peers_in_the_matrix_instead_of_letting_them_wait() -> None:
@@ -145,3 +151,27 @@ def test_comm_id_by_members_shows_the_same_symptom_every_run() -> None:
         pools.close()
     assert [r.outcome for r in rooted] == ["pass"] * 3, [r.detail for r in rooted]
     assert names.outcome == "fail" and "communicators of the repeated groups" in names.detail, names.detail
+
+
+def test_first_catch_skips_only_cases_that_can_change_no_verdict() -> None:
+    from conformance.defect_matrix import _FirstCatch
+
+    clean, levels = {"A": "pass", "B": "pass", "C": "skip"}, {"A": "MUST", "B": "MUST", "C": "MUST"}
+    tracker = _FirstCatch(clean, levels)
+    assert not tracker.wanted(Case("C", 2, "d1"))  # C does not pass clean: it cannot catch anything
+    tracker.record(CaseOutcome(Case("A", 2, "d1"), "fail", "", 0.1))  # A catches d1: d1 caught, A has teeth
+    assert not tracker.wanted(Case("A", 2, "d1"))
+    assert tracker.wanted(Case("B", 2, "d1"))  # B has no teeth yet: it may still catch d1
+    assert tracker.wanted(Case("A", 2, "d2"))  # d2 is not caught yet
+    tracker.record(CaseOutcome(Case("B", 2, "d2"), "pass", "", 0.1))
+    assert tracker.wanted(Case("B", 2, "d1"))  # a pass gives neither teeth nor a catch
+    assert tracker.skipped == {"d1": ["C", "A"]}
+
+
+def test_catches_first_orders_earlier_catches_then_cheapest() -> None:
+    from conformance.defect_matrix import catches_first
+
+    cases = [Case(r, 2, m) for m in ("d1", "d2") for r in ("SLOW", "CHEAP", "KILLER")]
+    ordered = catches_first(cases, {"d1": ["KILLER"], "d2": ["SLOW"]}, {"SLOW": 9.0, "CHEAP": 0.1, "KILLER": 2.0})
+    assert [(c.mutant, c.requirement) for c in ordered] == [
+        ("d1", "KILLER"), ("d2", "SLOW"), ("d1", "CHEAP"), ("d2", "CHEAP"), ("d2", "KILLER"), ("d1", "SLOW")]

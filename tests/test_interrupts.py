@@ -112,7 +112,9 @@ def _signal(proc: subprocess.Popen, how: str) -> None:
         os.killpg(proc.pid, signal.SIGINT)
 
 
-CASES = [(c, how, when) for c in ARGS for how in ("int", "term", "double") for when in ("mid",)]
+# defects handles SIGTERM as run and certify do (one interrupts.raising block); its own code is the lanes' stop
+# on the first signal and on a second one, so its SIGTERM case is left out (about 35 s of CI)
+CASES = [(c, how, "mid") for c in ARGS for how in ("int", "term", "double") if (c, how) != ("defects", "term")]
 CASES += [(c, "int", "fork") for c in ARGS] + [("run", "term", "fork"), ("run", "double", "fork")]
 
 

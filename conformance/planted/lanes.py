@@ -99,22 +99,41 @@ class Lanes:
             for proc in self._procs:
                 proc.start()
 
-    def run(self, cases: list[Case], each: Callable[[CaseOutcome], None] | None = None) -> list[CaseOutcome]:
-        """Run ``cases`` on the lanes, in that order; ``each`` is called with every outcome as it comes in."""
-        with interrupts.deferred():  # a Ctrl-C inside put() left the queue's lock held: close() then hung on it
-            for case in cases:
-                self._jobs.put(case)
+    def run(self, cases: list[Case], each: Callable[[CaseOutcome], None] | None = None,
+            wanted: Callable[[Case], bool] | None = None) -> list[CaseOutcome]:
+        """Run ``cases`` on the lanes, in that order; ``each`` is called with every outcome as it comes in.
+
+        Cases are handed out as lanes free up (one more than there are lanes is queued), so ``wanted``, asked
+        just before a case is handed out, can drop it in view of the outcomes so far; dropped cases have no
+        outcome in the list returned."""
+        pending = iter(cases)
+        in_flight = 0
+
+        def hand_out() -> bool:
+            for case in pending:
+                if wanted is None or wanted(case):
+                    with interrupts.deferred():  # a Ctrl-C inside put() left the queue's lock held: close() hung
+                        self._jobs.put(case)
+                    return True
+            return False
+
+        while in_flight <= len(self._procs) and hand_out():
+            in_flight += 1
         done: list[CaseOutcome] = []
-        while len(done) < len(cases):
+        while in_flight:
             try:
-                done.append(self._results.get(timeout=1.0))
+                outcome = self._results.get(timeout=1.0)
             except queue.Empty:
                 dead = [p for p in self._procs if not p.is_alive()]
                 if dead:
                     raise RuntimeError(f"matrix lane {dead[0].name} died (exit code {dead[0].exitcode})") from None
                 continue
+            done.append(outcome)
+            in_flight -= 1
             if each is not None:
-                each(done[-1])
+                each(outcome)
+            if hand_out():
+                in_flight += 1
         return done
 
     def close(self, at_once: bool = False) -> None:
