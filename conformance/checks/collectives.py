@@ -159,16 +159,39 @@ def _sparse_input(rank: int, n: int) -> torch.Tensor:
     return dense
 
 
+def _uncoalesced(dense: torch.Tensor) -> torch.Tensor:
+    """``dense`` as an uncoalesced sparse COO tensor: each nonzero v given twice, as v - 1 and 1, last first."""
+    coo = dense.to_sparse()
+    idx, val = coo.indices(), coo.values()
+    return torch.sparse_coo_tensor(torch.cat([idx.flip(1), idx], 1), torch.cat([(val - 1).flip(0), val * 0 + 1]),
+                                   dense.shape)
+
+
+def _expect_coalesced_sum(ctx: CheckContext, t: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """The sparse result is the exact sum, and coalesced, as gloo returns it (ProcessGroupGlooDetail.hpp of torch
+    2.13.0, AsyncSparseAllreduceWork: ``return output.coalesce()``, :531; seen on gloo 2.13 also for an uncoalesced
+    input): its indices() and values() are readable and are those of the sum's coalesced form."""
+    expect_exact(ctx, t.to_dense().reshape(-1), want.reshape(-1).tolist(), what)
+    ctx.expect_equal(f"{what}: result.is_coalesced()", True, t.is_coalesced())
+    if t.is_coalesced():
+        form = want.to_sparse()
+        ctx.expect_equal(f"{what}: result.indices()", form.indices().tolist(), t.indices().tolist())
+        expect_exact(ctx, t.values(), form.values().tolist(), f"{what}: result.values()")
+
+
 def _sparse_case(ctx: CheckContext) -> None:
     """all_reduce SUM of a sparse COO tensor (rank r holds r + 1 at two coordinates of its own and 1 at a shared
-    one): the exact sum, or a refusal naming sparse tensors on every rank (NCCL refuses: 'NCCL does not support
-    all_reduce with sparse tensors', ProcessGroupNCCL.cpp allreduce_sparse; gloo sums them, seen on torch 2.13)."""
+    one), coalesced and given uncoalesced (each entry as two duplicates): the exact sum, coalesced, or a refusal
+    naming sparse tensors on every rank (NCCL refuses: 'NCCL does not support all_reduce with sparse tensors',
+    ProcessGroupNCCL.cpp allreduce_sparse; gloo sums them, seen on torch 2.13)."""
     n, r = ctx.world_size, ctx.rank
-    t = _sparse_input(r, n).to_sparse().to(ctx.device)
     want = sum(_sparse_input(k, n) for k in range(n))
-    what = f"world: all_reduce SUM of a sparse COO float32[{n + 1}, 4] (rank {r}'s entries r + 1 and one shared 1)"
-    if optional_case(ctx, what, lambda: dist.all_reduce(t), ("sparse",), kind="all_reduce of a sparse tensor"):
-        expect_exact(ctx, t.to_dense().reshape(-1), want.reshape(-1).tolist(), what)
+    for form, given in (("a", _sparse_input(r, n).to_sparse()), ("an uncoalesced", _uncoalesced(_sparse_input(r, n)))):
+        t = given.to(ctx.device)
+        what = (f"world: all_reduce SUM of {form} sparse COO float32[{n + 1}, 4] (rank {r}'s entries r + 1 and one "
+                "shared 1)")
+        if optional_case(ctx, what, lambda t=t: dist.all_reduce(t), ("sparse",), kind="all_reduce of a sparse tensor"):
+            _expect_coalesced_sum(ctx, t, want, what)
 
 
 def _special_values_case(ctx: CheckContext) -> None:

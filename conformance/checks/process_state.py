@@ -4,7 +4,7 @@ A backend runs inside the training process: a mode it switches for its own work 
 flush-to-zero mode for speed, the RNG for a random algorithm, a signal handler to abort) and does not put back
 changes every computation of the user's after it, with no error. Each piece of state has a reader and a flip; the
 check first shows every reader sees its flip (then undoes it), then reads them all before init_process_group and
-after a run of every op family.
+after a run of every op family and of calls the backend must refuse (its error path must put back what it switched).
 """
 
 from __future__ import annotations
@@ -164,11 +164,34 @@ def _every_op_family(ctx: CheckContext) -> None:
     group = ctx.new_group(list(range(n)))
     dist.all_reduce(mine.clone(), group=group)
     dist.barrier()
+    _refused_calls(ctx)
+
+
+def _refused_calls(ctx: CheckContext) -> None:
+    """Calls the backend itself must refuse (torch's front end passes them: it checks neither sizes nor splits), made
+    alike on every rank so that one that is not refused cannot leave a peer waiting: a backend's error path must put
+    back what it switched too (grad mode set off around its work and not restored when it raises). A call that is not
+    refused is noted; COLL-BAD-ARGS-REFUSED judges that."""
+    n, dev = ctx.world_size, ctx.device
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        (f"all_gather_into_tensor into an output of {4 * n + 1} elements for inputs of 4",
+         lambda: dist.all_gather_into_tensor(torch.zeros(4 * n + 1, device=dev), torch.ones(4, device=dev))),
+        (f"all_to_all_single of {2 * n} elements with input splits summing to {2 * n + 1}",
+         lambda: dist.all_to_all_single(torch.zeros(2 * n, device=dev), torch.ones(2 * n, device=dev),
+                                        output_split_sizes=[2] * n, input_split_sizes=[2] * (n - 1) + [3])),
+    ]
+    for what, call in calls:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - the refusal is the path under test, whatever it says
+            continue
+        ctx.note(f"{what}: not refused (COLL-BAD-ARGS-REFUSED judges that)")
+    dist.barrier()
 
 
 def check_process_state(ctx: CheckContext) -> None:
-    """Grad mode, default dtype, threads, denormal flushing, matmul precision, both RNGs
-    and the SIGINT/SIGTERM handlers are, after init and a run of every op family, what the user set before init."""
+    """Grad mode, default dtype, threads, denormal flushing, matmul precision, both RNGs and the SIGINT/SIGTERM
+    handlers are, after init, a run of every op family and calls it refuses, what the user set before init."""
     blind = _readers_see_flips(ctx)
     _user_settings()
     before = read_state()
@@ -178,8 +201,8 @@ def check_process_state(ctx: CheckContext) -> None:
     changed = {what: (before[what], after[what]) for what in before
                if what not in blind and before[what] != after[what]}
     if changed:
-        raise CheckFailed(f"rank {ctx.rank}: process-wide state changed by init_process_group and a run of every op "
-                          "family (expected each as before, observed before -> after): "
+        raise CheckFailed(f"rank {ctx.rank}: process-wide state changed by init_process_group, a run of every op "
+                          "family and calls it refused (expected each as before, observed before -> after): "
                           + "; ".join(f"{what}: {was!r} -> {now!r}" for what, (was, now) in changed.items()))
     for what in blind:
         ctx.note(f"{what}: not judged, this host cannot flush subnormals (torch.set_flush_denormal is a no-op)")
