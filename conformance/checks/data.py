@@ -1,7 +1,8 @@
 """Inputs, exact references, layouts and the tolerance model of generated cases (vectorised: sizes reach MiBs).
 
 Every rank draws every member's input from the seed, so each computes the expected output itself. Integer,
-bool, MIN/MAX and data-movement results are exact (bit for bit where nothing is computed). Floating sums,
+bool, MIN/MAX and data-movement results are exact (bit for bit where nothing is computed: a movement case's whole
+range starts with -0.0, a negative subnormal and both infinities, ``movement_specials``). Floating sums,
 averages and products of inexact values are judged against a float64 reference with this tolerance model,
 for ``n`` ranks and the dtype's unit roundoff ``u = eps / 2``:
 
@@ -129,12 +130,15 @@ def _draw_int(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int,
 
 def _draw_float(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int,
                 g: torch.Generator) -> torch.Tensor:
-    if op is None and kind == "full range":  # any finite bit pattern: subnormals, -0.0, every mantissa bit
+    if op is None and kind == "full range":  # any finite bit pattern: subnormals, every mantissa bit
         size = torch.empty((), dtype=dtype).element_size()
         bits = torch.randint(-(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1, (count,), generator=g,
                              dtype=torch.int64).to(_BITS[size])
         vals = bits.view(dtype)
-        return torch.where(torch.isfinite(vals), vals, torch.zeros((), dtype=dtype))
+        vals = torch.where(torch.isfinite(vals), vals, torch.zeros((), dtype=dtype))
+        first = movement_specials(dtype)[:count]
+        vals[: first.numel()] = first
+        return vals
     lo_e, hi_e = _float_exponents(dtype, op, n)
     sign = torch.randint(0, 2, (count,), generator=g).double() * 2 - 1
     if kind == "extremes":
@@ -147,6 +151,14 @@ def _draw_float(kind: str, dtype: torch.dtype, op: str | None, n: int, count: in
     if op == "PRODUCT":
         mant = mant.clamp(max=1.5)  # (1.5 ** n) * 2 ** (top // n - 1) ** n stays below the dtype's max
     return (sign * mant * torch.exp2(exps)).to(dtype)
+
+
+def movement_specials(dtype: torch.dtype) -> torch.Tensor:
+    """The values a data-movement case's "full range" input starts with: bit patterns a random draw almost never
+    gives and that arithmetic does not keep, so that a copy made by arithmetic shows (a broadcast as a SUM with
+    zeros turns -0.0 into +0.0): -0.0, the negative smallest subnormal, +inf, -inf."""
+    info = torch.finfo(dtype)
+    return torch.tensor([-0.0, -info.smallest_normal * info.eps, math.inf, -math.inf], dtype=torch.float64).to(dtype)
 
 
 def _randint(lo: int, hi: int, count: int, g: torch.Generator) -> torch.Tensor:
