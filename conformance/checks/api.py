@@ -558,12 +558,18 @@ def _cycles(ctx: CheckContext, folder: Path) -> None:
     _expect_fds_released(ctx, settled, live)
 
 
+def _fd_names() -> list[str] | None:
+    """The file descriptors this process has open, as /proc/self/fd names them (None where it cannot be read)."""
+    try:
+        return os.listdir(FD_DIR)
+    except OSError:
+        return None
+
+
 def _open_fds() -> int:
     """How many file descriptors this process has open (-1 where /proc/self/fd cannot be read)."""
-    try:
-        return len(os.listdir(FD_DIR))
-    except OSError:
-        return -1
+    names = _fd_names()
+    return -1 if names is None else len(names)
 
 
 def _settled_fds(ctx: CheckContext) -> int:
@@ -573,10 +579,7 @@ def _settled_fds(ctx: CheckContext) -> int:
     count = _open_fds()
     fd = os.open(os.devnull, os.O_RDONLY)
     try:
-        try:
-            listed = str(fd) in os.listdir(FD_DIR)
-        except OSError:
-            listed = False
+        listed = str(fd) in (_fd_names() or ())
         positive_control(ctx, count >= 0 and listed, f"an fd this rank opened, in {FD_DIR}")
     finally:
         os.close(fd)

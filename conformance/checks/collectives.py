@@ -163,8 +163,8 @@ def _uncoalesced(dense: torch.Tensor) -> torch.Tensor:
     """``dense`` as an uncoalesced sparse COO tensor: each nonzero v given twice, as v - 1 and 1, last first."""
     coo = dense.to_sparse()
     idx, val = coo.indices(), coo.values()
-    return torch.sparse_coo_tensor(torch.cat([idx.flip(1), idx], 1), torch.cat([(val - 1).flip(0), val * 0 + 1]),
-                                   dense.shape)
+    values = torch.cat([(val - 1).flip(0), torch.ones_like(val)])
+    return torch.sparse_coo_tensor(torch.cat([idx.flip(1), idx], 1), values, dense.shape)
 
 
 def _expect_coalesced_sum(ctx: CheckContext, t: torch.Tensor, want: torch.Tensor, what: str) -> None:
