@@ -132,6 +132,29 @@ def _interpreter_held(hold: bool) -> Iterator[None]:
         sys.setswitchinterval(interval)
 
 
+def _refused_block_writes_nothing(ctx: CheckContext) -> None:
+    """A block of two all_reduce BAND, an int64 tensor then a float32 one: torch's fast path makes it one
+    allreduce_coalesced call with the first op's reduce op (v2.13.0 distributed_c10d.py:2898-2900, v2.15.0
+    :3796-3798), and BAND has no floating meaning (torch has no float bitwise op), so the backend refuses the
+    block on every rank before any data moves (gloo 2.13: 'allreduce_coalesced: tensors must all have the same
+    type'; NCCL refuses BAND before it enqueues; the simulator: 'unsupported reduce op BAND'): the int64
+    tensor, whose own op is valid, keeps its values as well as the float one."""
+    ints = torch.tensor([6 + ctx.rank, 3 + 2 * ctx.rank, -5], dtype=torch.int64, device=ctx.device)
+    floats = torch.tensor([1.5 + ctx.rank, 2.5, -0.25], device=ctx.device)
+    before = [ints.tolist(), floats.tolist()]
+
+    def block() -> None:
+        with dist._coalescing_manager():
+            dist.all_reduce(ints, op=dist.ReduceOp.BAND)
+            dist.all_reduce(floats, op=dist.ReduceOp.BAND)
+
+    what = "a block of all_reduce BAND of int64 then float32"
+    expect_raises(ctx, what, block, (RuntimeError, ValueError, TypeError),
+                  (("BAND", "type", "float", "Float", "dtype"),))
+    ctx.expect(before == [ints.tolist(), floats.tolist()], f"{what}, refused: its tensors",
+               f"unchanged {before}", [ints.tolist(), floats.tolist()])
+
+
 def _many_dims_blocks(ctx: CheckContext, found: Findings) -> None:
     """A block whose calls take long to describe (256 all_gather_into_tensor of 10-element tensors of 63 dimensions)
     followed at once by a lone all_reduce, the last rank entering the block first and then being held (its
@@ -161,8 +184,9 @@ def _many_dims_blocks(ctx: CheckContext, found: Findings) -> None:
 @check("COAL-SYNC-RESULTS")
 def sync_results(ctx: CheckContext) -> None:
     """A sync block gives every op's exact result: each kind and reduce op, blocks of 1, 2, 9 and 64 ops,
-    mixed sizes, a block mixing dtypes (exact or refused naming the dtype), and a block of 256 ops on
-    63-dimensional tensors followed at once by another call, one rank held meanwhile."""
+    mixed sizes, a block mixing dtypes (exact or refused naming the dtype), a block whose reduce op its second
+    tensor's dtype cannot take (refused, none of its tensors written), and a block of 256 ops on 63-dimensional
+    tensors followed at once by another call, one rank held meanwhile."""
     ctx.init_world(default_mode(ctx))
     found = Findings(ctx)
     for salt, (kind, op) in enumerate(BLOCKS):
@@ -179,6 +203,7 @@ def sync_results(ctx: CheckContext) -> None:
     if optional_case(ctx, "a block of 9 all_reduce SUM mixing float32, int64 and float64", lambda: run_block(mixed),
                      ("dtype", "type")):
         expect_block(ctx, mixed, found)
+    found.case(_refused_block_writes_nothing, ctx)
     _many_dims_blocks(ctx, found)
     found.checkpoint()
     world = list(range(ctx.world_size))

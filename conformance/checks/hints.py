@@ -83,6 +83,34 @@ def newgroup_options(ctx: CheckContext) -> None:
     expect_options(ctx, group, "first new_group after the caller changed its options object", OPTIONS)
     expect_allreduce_members(ctx, group, ranks, "first new_group after the second was made")
     _hints_map_its_own(ctx, ranks)
+    _subclass_options(ctx, ranks)
+
+
+def _subclass_options(ctx: CheckContext, ranks: list[int]) -> None:
+    """An instance of a caller's own subclass of the options class, holding OPTIONS, is options like any other:
+    torch itself takes them by isinstance (v2.13.0 distributed_c10d.py:2183, v2.15.0 :776 and :813, for
+    ProcessGroupNCCL.Options), so a backend that checks the exact type refuses what torch passes. Where the class
+    cannot be subclassed, made without arguments or given the fields through ``change``, that is noted (the
+    positive control: the instance must read back as OPTIONS before it is judged)."""
+    cls = type(options_part(ctx).make())
+    try:
+        caller = type(f"Caller{cls.__name__}", (cls,), {})()
+        options_part(ctx).change(caller, **OPTIONS)
+        held = {k: v for k, v in options_part(ctx).read(caller).items() if k in OPTIONS}
+    except Exception as exc:  # noqa: BLE001 - a class a caller cannot subclass and fill is not judged
+        ctx.note(f"options given as a caller's subclass instance: not judged ({type(exc).__name__}: {exc})")
+        return
+    if held != OPTIONS:
+        ctx.note(f"options given as a caller's subclass instance: not judged (the instance reads back {held})")
+        return
+    what = f"new_group(pg_options=an instance of {caller.__class__.__name__}, a caller's subclass of {cls.__name__})"
+    try:
+        group = dist.new_group(ranks, pg_options=caller)
+    except Exception as exc:  # noqa: BLE001 - the finding: options torch passes on were refused
+        raise CheckFailed(f"rank {ctx.rank}: {what}: expected the group made, observed {type(exc).__name__}: "
+                          f"{exc}") from None
+    expect_options(ctx, group, what, OPTIONS)
+    expect_allreduce_members(ctx, group, ranks, what)
 
 
 def _hints_map_its_own(ctx: CheckContext, ranks: list[int]) -> None:
