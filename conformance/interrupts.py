@@ -37,10 +37,13 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    """Put the previous handlers back."""
+    """Put the previous handlers back and forget the signals received under them: ``requested()`` answers for
+    the installation it was asked in (an in-process caller's later run, ``run_suite`` without ``install``, is not
+    an interrupted one)."""
     for sig, handler in _previous.items():
         signal.signal(sig, handler)
     _previous.clear()
+    _received.clear()
 
 
 def ignore_from_now() -> None:
