@@ -81,6 +81,39 @@ def _run_case(ctx: CheckContext, what: str, required: bool, names: tuple[str, ..
     return optional_case(ctx, what, fn, names, kind=kind or what.split(": ", 1)[-1])
 
 
+# Fixed-width integers wrap (uint8 200 + 100 = 44): 0-dim, one-element and longer tensors whose sum leaves the range
+WRAP_DTYPES = (torch.int64, torch.int32, torch.int8, torch.uint8)
+WRAP_SHAPES = ((), (1,), (7,))
+
+
+def _wrap_row(rank: int, dtype: torch.dtype, numel: int) -> list[int]:
+    """``rank``'s input: the maximum less the rank (one element); with more, also the minimum plus the rank (for a
+    signed type), the extremes themselves and small values."""
+    info = torch.iinfo(dtype)
+    row = [info.max - rank, info.min + rank if info.min < 0 else rank, info.max, info.min, 1, 0, 3]
+    return row[:numel]
+
+
+def _integer_wrap_case(ctx: CheckContext) -> None:
+    """all_reduce SUM of integer tensors whose exact sum lies outside the dtype's range comes back wrapped modulo
+    2**bits, as NCCL's and gloo's kernels add in the dtype and torch's own integer addition does (a backend that adds
+    small tensors as Python numbers raises or saturates instead); int64 is required, the others may be refused naming
+    the dtype."""
+    world = list(range(ctx.world_size))
+    for dtype in WRAP_DTYPES:
+        for shape in WRAP_SHAPES:
+            numel = math.prod(shape)
+            rows = {m: _wrap_row(m, dtype, numel) for m in world}
+            mine = ref.tensor(rows[ctx.rank], dtype, ctx.device).reshape(shape)
+            what = f"world: all_reduce SUM of {ref.dtype_name(dtype)}{list(shape)} past the dtype's range"
+            if not _run_case(ctx, what, dtype in REQUIRED_DTYPES, _refusal_names("SUM", dtype),
+                             lambda t=mine: dist.all_reduce(t)):
+                continue
+            bad = ref.mismatch(mine, ref.combine([rows[m] for m in world], "SUM", dtype), dtype)
+            if bad:
+                raise CheckFailed(f"rank {ctx.rank}: {what} (wrapped modulo 2**bits): {bad}")
+
+
 def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: str, op: str, dtype: torch.dtype,
                      numel: int = 7, view: bool = False, salt: int = 0) -> None:
     """One all_reduce of known inputs over ``group``, compared with the exact reduction of all members' inputs."""
@@ -253,6 +286,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
     found.case(_premul_sum_case, ctx)
     found.case(_special_values_case, ctx)
     found.case(_integer_avg_case, ctx)
+    found.case(_integer_wrap_case, ctx)
     found.case(_sparse_case, ctx)
     run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()

@@ -72,10 +72,17 @@ def combine(columns: Sequence[Sequence[Any]], op: str, dtype: torch.dtype) -> li
             value = max(column)
         else:
             value = functools.reduce({"BAND": operator.and_, "BOR": operator.or_, "BXOR": operator.xor}[op], column)
-        if dtype == torch.uint8:
-            value = int(value) % 256
+        if op != "AVG" and dtype != torch.bool and not (dtype.is_floating_point or dtype.is_complex):
+            value = wrapped(value, dtype)
         result.append(value)
     return result
+
+
+def wrapped(value: int, dtype: torch.dtype) -> int:
+    """``value`` as the fixed-width integer ``dtype`` holds it: modulo 2**bits, two's complement for signed types
+    (what the kernels of NCCL and gloo, which add in the dtype, and torch's own integer ops give)."""
+    info = torch.iinfo(dtype)
+    return (int(value) - info.min) % (info.max - info.min + 1) + info.min
 
 
 def as_dtype(vals: Sequence[Any], dtype: torch.dtype) -> list[Any]:
