@@ -18,18 +18,18 @@ TOYCCL_CAPABILITIES = "device_binding,split,options,hints,p2p_tags,p2p_any_sourc
 PATIENT_TIMEOUT_S = "120"
 
 
-def _certify(backend: str, tmp_path: Path, sizes: str = "2", timeout_s: str = "30") -> tuple[int, dict]:
+def _certify(backend: str, tmp_path: Path, sizes: str = "2", timeout_s: str = "30", *extra: str) -> tuple[int, dict]:
     code = main(["certify", "--backend", backend, "--device", "cpu", "--import", backend, "--package", backend,
                  "--capability", TOYCCL_CAPABILITIES, "--world-sizes", sizes, "--timeout", timeout_s,
-                 "--report-dir", str(tmp_path)])
+                 "--report-dir", str(tmp_path), *extra])
     return code, json.loads((tmp_path / f"{backend}.json").read_text())
 
 
-# CI's pytest items name only the built-in targets, so these are the example's whole runs, one per world size (two
-# items that xdist runs side by side); world size 4 is marked slow (CI's stage 2, on the newest torch, certifies at 2)
-@pytest.mark.parametrize("size", ["2", pytest.param("4", marks=pytest.mark.slow)])
-def test_example_backend_certifies(size: str, tmp_path: Path) -> None:
-    code, report = _certify("toyccl", tmp_path, size, PATIENT_TIMEOUT_S)
+# CI's pytest items name only the built-in targets, so this is the example's whole run, at world size 2 (on both
+# of CI's torches). Its run at 4 (80 s of CPU, the largest item of CI) is left to the held-out judge, whose
+# baseline certifies clean toyccl at 2 and 4 before any variant (scripts/heldout.py), and to reports/vendor-toyccl.
+def test_example_backend_certifies(tmp_path: Path) -> None:
+    code, report = _certify("toyccl", tmp_path, "2", PATIENT_TIMEOUT_S)
     assert code == 0 and report["verdict"] == "conformant"
     judged = report["summary"]["judged"]
     assert judged["judged"] >= 0.85 * judged["backend_musts"], judged["unjudged"]
@@ -38,9 +38,13 @@ def test_example_backend_certifies(size: str, tmp_path: Path) -> None:
 
 
 def test_flawed_backend_is_non_conformant_naming_the_requirement(tmp_path: Path) -> None:
-    code, report = _certify("toyccl_flawed", tmp_path)
+    # the flawed twin subclasses toyccl and overrides send and recv only, so its other areas are toyccl's own code,
+    # certified by the test above: its P2P area is what is under test
+    code, report = _certify("toyccl_flawed", tmp_path, "2", "30", "--area", "p2p")
     failed = {r["requirement"] for r in report["results"] if r["outcome"] == "fail" and r["level"] == "MUST"}
     assert code == 1 and report["verdict"] == "non-conformant"
-    # the one flaw (send/recv drop their tag) breaks tagged delivery, which it declared (p2p_tags)
+    # the one flaw (send/recv drop their tag) breaks tagged delivery, which it declared (p2p_tags); every other
+    # P2P requirement passes
     assert failed == {"P2P-DATA"}
+    assert sum(r["outcome"] == "pass" for r in report["results"]) >= 5, report["results"]
     assert "tag 22 received first" in (tmp_path / "toyccl_flawed.md").read_text()
