@@ -111,7 +111,8 @@ def _future_tensor(value: Any) -> tuple[torch.Tensor | None, bool]:
 @check("API-WORK-FUTURE")
 def work_future(ctx: CheckContext) -> None:
     """An async op's Work: wait(timeout) returns True, is_completed() is then True, get_future() carries the
-    op's exact output, and a callback chained on it runs once with that value."""
+    op's exact output, and a callback chained on it runs once with that value (chained on a pending op's future:
+    with grad mode on)."""
     before = exit_holders()  # before the world: a thread its init starts holds the exit as one an op starts does
     ctx.init_world(default_mode(ctx))
     held = _p2p_works(ctx, before)  # first: gloo's (waived) all_gather_into_tensor future stops the check below
@@ -146,12 +147,15 @@ def work_future(ctx: CheckContext) -> None:
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
     held += _zero_timeout_waits(ctx, before)
     _completes_unwaited(ctx)
+    late_callbacks = _pending_callbacks(ctx)
     _call_orders(ctx)
     _elapsed_waits(ctx)
     if held:  # judged last: a rank failing here leaves no peer waiting for it in a later op
         positive_exit_holder(ctx)
         for what, threads in held:
             _holds_no_exit(ctx, what, threads)
+    if late_callbacks:  # raised at the end: the other ranks do not wait for this one in a later op
+        raise CheckFailed("; ".join(late_callbacks))
 
 
 # Work calls in the orders a caller makes them: "wait" (work.wait(timeout) returns True), "poll" (is_completed()
@@ -209,6 +213,69 @@ def _work_step(ctx: CheckContext, what: str, step: str, work: dist.Work, held: t
     carried, _ = _future_tensor(value)
     ctx.expect(carried is not None and mismatch(carried, want, dtype) is None, f"{what}: the future's value",
                want, value if carried is None else carried.tolist())
+
+
+def _grad_probe(weight: torch.Tensor, seen: list[tuple[bool, bool]]) -> Callable[[torch.futures.Future], str]:
+    """A callback that records the grad mode it runs under and whether a product of the future's tensor with
+    ``weight`` (which requires grad) requires grad: what a comm hook that computes on the result needs."""
+    def callback(future: torch.futures.Future) -> str:
+        carried, _ = _future_tensor(future.value())
+        product = (carried.float().sum() * weight).sum() if carried is not None else None
+        seen.append((torch.is_grad_enabled(), product is not None and product.requires_grad))
+        return "ran"
+    return callback
+
+
+def _pending_callbacks(ctx: CheckContext) -> list[str]:
+    """A callback chained on the future of a Work that is still pending (an irecv whose sender sends ``LATE_S``
+    after it was posted; an async all_reduce rank 0 joins ``LATE_S`` late) runs, once the op completes, with grad
+    mode on: the caller's mode and a new thread's default (grad mode is thread-local). gloo runs it in its worker
+    thread, NCCL in the thread that marks the future done; a backend that completes the future inside its own
+    no_grad block runs the user's code (DDP comm hooks, pipeline schedules computing on received tensors) without
+    autograd. The callback's own record (it ran, on the op's output) is the positive control. Where the call
+    itself waited for the late peer (the Work done when the callback was chained, which then runs in the caller's
+    thread), the case is still judged and that is noted. Returns this rank's findings."""
+    n, r = ctx.world_size, ctx.rank
+    weight = torch.ones(1, device=ctx.device, requires_grad=True)
+    key = f"pending-callbacks/{ctx.requirement.id}"
+    problems: list[str] = []
+    for op in ("irecv", "all_reduce"):
+        seen: list[tuple[bool, bool]] = []
+        buf = torch.full((2,), 1.0, device=ctx.device)
+        waiting = (r == 1) if op == "irecv" else (r != 0)
+        if waiting:
+            ctx.store.set(f"{key}/{op}/{r}", "posting")
+            work = dist.irecv(buf, src=0) if op == "irecv" else dist.all_reduce(buf, async_op=True)
+            done_when_chained = work.is_completed()
+            try:
+                chained = work.get_future().then(_grad_probe(weight, seen))
+            except RuntimeError as exc:  # gloo's recv Work: 'Work::getFuture not implemented' (torch 2.13, 2.15)
+                if op != "irecv" or "not implemented" not in str(exc):
+                    raise
+                ctx.note(f"irecv: a callback on a pending receive not judged: its Work has no future ({exc})")
+                work.wait()
+                waiting = False
+        else:
+            if r == 0:
+                ctx.store.wait([f"{key}/{op}/{k}" for k in range(n) if k != 0 and (op == "all_reduce" or k == 1)],
+                               timedelta(seconds=ctx.timeout_s))
+                time.sleep(LATE_S)
+            if op == "irecv" and r == 0:
+                dist.send(torch.full((2,), 5.0, device=ctx.device), dst=1)
+            elif op == "all_reduce":
+                dist.all_reduce(buf)
+        if waiting:
+            what = f"{op} whose peer joins {LATE_S} s late, a callback chained on its future"
+            if done_when_chained:
+                ctx.note(f"{what}: the Work was already done when the callback was chained (the call waited for "
+                         "its peer): the callback ran in the caller's thread")
+            ran = chained.wait()
+            if (ran, seen) != ("ran", [(True, True)]):
+                problems.append(f"rank {r}: {what}: expected it to run once with grad mode on and its product with "
+                                f"a tensor that requires grad requiring grad, [(True, True)]; observed result "
+                                f"{ran!r}, runs {seen} (grad mode, requires grad)")
+        dist.barrier()
+    return problems
 
 
 def _polled_completed(ctx: CheckContext, work: dist.Work) -> bool:
