@@ -235,16 +235,15 @@ def _pending_callbacks(ctx: CheckContext) -> list[str]:
     autograd. The callback's own record (it ran, on the op's output) is the positive control. Where the call
     itself waited for the late peer (the Work done when the callback was chained, which then runs in the caller's
     thread), the case is still judged and that is noted. Returns this rank's findings."""
-    n, r = ctx.world_size, ctx.rank
+    r = ctx.rank
     weight = torch.ones(1, device=ctx.device, requires_grad=True)
-    key = f"pending-callbacks/{ctx.requirement.id}"
     problems: list[str] = []
     for op in ("irecv", "all_reduce"):
         seen: list[tuple[bool, bool]] = []
         buf = torch.full((2,), 1.0, device=ctx.device)
         waiting = (r == 1) if op == "irecv" else (r != 0)
+        dist.barrier()  # rank 0 joins LATE_S after it, as in _zero_timeout_waits
         if waiting:
-            ctx.store.set(f"{key}/{op}/{r}", "posting")
             work = dist.irecv(buf, src=0) if op == "irecv" else dist.all_reduce(buf, async_op=True)
             done_when_chained = work.is_completed()
             try:
@@ -255,14 +254,11 @@ def _pending_callbacks(ctx: CheckContext) -> list[str]:
                 ctx.note(f"irecv: a callback on a pending receive not judged: its Work has no future ({exc})")
                 work.wait()
                 waiting = False
-        else:
-            if r == 0:
-                ctx.store.wait([f"{key}/{op}/{k}" for k in range(n) if k != 0 and (op == "all_reduce" or k == 1)],
-                               timedelta(seconds=ctx.timeout_s))
-                time.sleep(LATE_S)
-            if op == "irecv" and r == 0:
+        elif r == 0:
+            time.sleep(LATE_S)
+            if op == "irecv":
                 dist.send(torch.full((2,), 5.0, device=ctx.device), dst=1)
-            elif op == "all_reduce":
+            else:
                 dist.all_reduce(buf)
         if waiting:
             what = f"{op} whose peer joins {LATE_S} s late, a callback chained on its future"
