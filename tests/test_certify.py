@@ -11,7 +11,8 @@ pytest.importorskip("toyccl", reason="examples/toyccl is not installed (pip inst
 pytest.importorskip("toyccl_flawed", reason="examples/toyccl_flawed is not installed")
 
 
-TOYCCL_CAPABILITIES = "device_binding,split,options,hints,p2p_tags,p2p_any_source,lazy_pair_comms,uneven_all_gather"
+TOYCCL_CAPABILITIES = ("device_binding,split,options,hints,p2p_tags,p2p_any_source,lazy_pair_comms,uneven_all_gather,"
+                       "p2p_unordered_receives,bitwise_reductions")
 # toyccl moves every byte through the store: COAL-SYNC-RESULTS at world size 4 took 20-35 s on a loaded CI host and
 # ran out of the default 30 s (+ grace) once (2026-11-30, load 7-8). The verdict, not the host's speed, is under test.
 # The flawed backend keeps the default: a check it fails by hanging waits the timeout out.

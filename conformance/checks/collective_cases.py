@@ -153,6 +153,13 @@ def expected_reduction(case: Case, columns: list[torch.Tensor], op: str) -> data
     return want
 
 
+def required_reduction(ctx: CheckContext, op: str, dtype: torch.dtype) -> bool:
+    """Whether ``op`` on ``dtype`` must run: the required ops on the required dtypes, and BAND, BOR and BXOR on int64
+    where the target declares ``bitwise_reductions`` (gloo runs them; NCCL has none to refuse with)."""
+    declared = op in ref.BITWISE and "bitwise_reductions" in ctx.target.capabilities
+    return dtype in REQUIRED_DTYPES and (op in REQUIRED_OPS or declared)
+
+
 def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[], object],
         noncontiguous: bool = False, required: bool | None = None, extra_names: tuple[str, ...] = (),
         overlapping: bool = False) -> bool:
@@ -166,7 +173,7 @@ def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[
     dtype and refuses another has a bug in its data path, not a missing feature."""
     dtype = case["dtype"]
     if required is None:
-        required = (op is None or (op in REQUIRED_OPS and dtype in REQUIRED_DTYPES)) and not noncontiguous
+        required = (op is None or required_reduction(ctx, op, dtype)) and not noncontiguous
     if required:
         fn()
         return True

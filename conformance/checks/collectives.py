@@ -40,8 +40,7 @@ from conformance.checks.grad_tensors import check_grad_tensors
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 
-REQUIRED_OPS = ("SUM", "PRODUCT", "MIN", "MAX")
-REQUIRED_DTYPES = (torch.float32, torch.float64, torch.int64)
+REQUIRED_DTYPES = cc.REQUIRED_DTYPES
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool)
 _ALIASES = {torch.bfloat16: ("bfloat16", "BFloat16"), torch.float16: ("float16", "Half"),
             torch.uint8: ("uint8", "Byte"), torch.bool: ("bool",), torch.int64: ("int64", "Long"),
@@ -60,10 +59,6 @@ def _applicable(op: str, dtype: torch.dtype) -> bool:
 def _ulps(op: str, n: int) -> int:
     """AVG over a group whose size is not a power of two rounds; everything else here is exact."""
     return 2 if op == "AVG" and n & (n - 1) else 0
-
-
-def _required(op: str, dtype: torch.dtype) -> bool:
-    return op in REQUIRED_OPS and dtype in REQUIRED_DTYPES
 
 
 def _refusal_names(op: str | None, dtype: torch.dtype, *extra: str) -> tuple[str, ...]:
@@ -128,7 +123,7 @@ def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: s
     else:
         target = mine
     names = _refusal_names(op, dtype, *(("contiguous",) if view else ()))
-    ran = _run_case(ctx, what, _required(op, dtype) and not view, names,
+    ran = _run_case(ctx, what, cc.required_reduction(ctx, op, dtype) and not view, names,
                     lambda: dist.all_reduce(target, op=ref.REDUCE_OPS[op], group=group))
     if not ran:
         return

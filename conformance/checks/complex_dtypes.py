@@ -69,14 +69,39 @@ def _calls(ctx: CheckContext, dtype: torch.dtype, op: str) -> list[tuple[str, Ca
     ]
 
 
+def _real_averages(ctx: CheckContext) -> dict[str, bool]:
+    """Whether reduce and reduce_scatter_tensor run AVG of float32 here (each on a new group of every rank; a
+    refusal, whatever it says, counts as not running: COLL-ALLREDUCE-OPS judges its words)."""
+    n, dev, avg = ctx.world_size, ctx.device, dist.ReduceOp.AVG
+    calls = {
+        "reduce": lambda g: dist.reduce(torch.ones(ELEMENTS, device=dev), dst=n - 1, op=avg, group=g),
+        "reduce_scatter_tensor": lambda g: dist.reduce_scatter_tensor(
+            torch.zeros(ELEMENTS, device=dev), torch.ones(n * ELEMENTS, device=dev), op=avg, group=g),
+    }
+    ran = {}
+    for kind, call in calls.items():
+        try:
+            call(ctx.new_group(list(range(n))))
+            ran[kind] = True
+        except Exception:  # noqa: BLE001 - only whether it runs matters here
+            ran[kind] = False
+        dist.barrier()
+    return ran
+
+
 def check_complex(ctx: CheckContext) -> None:
     """Every (op, reduce op, complex dtype): SUM and AVG give the complex result, PRODUCT the complex product or a
     refusal naming complex, MAX and MIN a refusal naming complex (on reduce's root; a non-root, which computes
-    nothing, may return)."""
+    nothing, may return). A complex AVG refused where the same op ran complex SUM and runs float32 AVG fails: AVG is
+    the sum divided by n, part by part (ProcessGroupNCCL views complex as real for both, complexViewAsRealAllowed),
+    so a backend with both has no missing feature to name."""
     problems: list[str] = []
+    real_avg = _real_averages(ctx)
     for dtype in COMPLEX_DTYPES:
+        ran_sum: set[str] = set()
         for op in (*EXACT, *UNORDERED):
             for what, call, judge in _calls(ctx, dtype, op):
+                kind = what.split(" ", 1)[0]
                 try:
                     call()
                 except Exception as exc:  # noqa: BLE001 - a refusal is judged by its words below
@@ -84,10 +109,15 @@ def check_complex(ctx: CheckContext) -> None:
                     if not any(w in text.lower() for w in REFUSAL_WORDS):
                         problems.append(f"rank {ctx.rank}: {what}: expected a result or a refusal naming "
                                         f"{list(REFUSAL_WORDS)}, observed {text.splitlines()[0][:160]}")
+                    elif op == "AVG" and kind in ran_sum and real_avg[kind]:
+                        problems.append(f"rank {ctx.rank}: {what}: refused ({text.splitlines()[0][:120]}), but {kind} "
+                                        f"SUM of {dtype} and {kind} AVG of float32 run here: expected the complex mean")
                     elif op in ("SUM", "AVG"):
                         ctx.note(f"{what}: refused ({text.splitlines()[0][:120]}): complex {op} not supported")
                     dist.barrier()
                     continue
+                if op == "SUM":
+                    ran_sum.add(kind)
                 if op in UNORDERED and what.startswith("reduce ") and ctx.rank != ctx.world_size - 1:
                     pass  # a non-root computes nothing here; NCCL and gloo refuse on every rank, a backend may not
                 elif op in UNORDERED:

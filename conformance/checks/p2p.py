@@ -28,8 +28,10 @@ from conformance.checks.common import (
     expect_exact,
     expect_raises,
     expect_refusal,
+    finish_work,
     new_comms,
     positive_control,
+    post,
     ranked_tensor,
     refusal_words,
     require_fields,
@@ -564,6 +566,7 @@ def _generated(ctx: CheckContext) -> None:
     the world and on the group of the ranks above 0 (group rank j is global rank j + 1)."""
     _many_ahead(ctx)
     _many_tags(ctx)
+    _posted_tags(ctx)
     found = Findings(ctx)
     world = list(range(ctx.world_size))
     run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c), world, "world")
@@ -670,6 +673,63 @@ def _many_tags(ctx: CheckContext) -> None:
                 dist.recv(got, peer, group=group, tag=tag)
                 ctx.expect_equal(f"message #{k + 1} with tag {tag} from rank {peer} ({PER_TAG} on each of tags "
                                  f"{list(MANY_TAGS)}, interleaved)", [MANY_TAGS.index(tag), k, peer], got.tolist())
+    dist.barrier()
+
+
+# irecvs a receiver posts at once, each with a tag of its own: more than a pool of 4, 8 or 16 pollers holds
+POSTED = 17
+POSTED_TAGS = tuple(7 * k + 2 for k in range(POSTED))
+FIRST_WAIT_S = 10.0  # how long the last-posted receive may take once its message is sent
+
+
+def _posted_tags(ctx: CheckContext) -> None:
+    """On a fresh group, odd rank 2k+1 posts ``POSTED`` irecvs from rank 2k, one per tag of POSTED_TAGS, before any
+    message exists; rank 2k then sends the last-posted tag's message alone: that receive completes (wait with a
+    timeout of FIRST_WAIT_S) while every earlier one is still pending. Told so through the store, rank 2k sends
+    the rest, the tags in reverse; each receive gets its own tag's message exact (where the target declares
+    p2p_tags and p2p_unordered_receives: P2P ops on NCCL's stream, and the simulator's, complete in posting order)."""
+    if not {"p2p_tags", "p2p_unordered_receives"} <= ctx.target.capabilities:
+        return
+    peer = ctx.rank ^ 1
+    group = ctx.new_group(list(range(ctx.world_size)))
+    pair = min(ctx.rank, peer)
+    key = f"p2p-posted-tags/{pair}"
+    what = f"{POSTED} irecvs from rank {peer} posted at once, tags {POSTED_TAGS[0]}..{POSTED_TAGS[-1]}"
+
+    def payload(i: int, sender: int) -> torch.Tensor:
+        return torch.tensor([POSTED_TAGS[i], i, sender], dtype=torch.int64, device=ctx.device)
+
+    if peer < ctx.world_size and ctx.rank % 2 == 0:
+        time.sleep(0.2)  # the receiver posts its irecvs meanwhile
+        works = [dist.isend(payload(POSTED - 1, ctx.rank), peer, group=group, tag=POSTED_TAGS[-1])]
+        ctx.store.wait([key], timedelta(seconds=ctx.timeout_s))
+        if ctx.store.get(key) != b"go":
+            raise CheckFailed(f"rank {ctx.rank}: rank {peer} posted {POSTED} irecvs from this rank and reported "
+                              f"that the last one did not complete once its message was sent (its error is on rank "
+                              f"{peer}); the other {POSTED - 1} messages were not sent")
+        works += [dist.isend(payload(i, ctx.rank), peer, group=group, tag=POSTED_TAGS[i])
+                  for i in reversed(range(POSTED - 1))]
+        for work in works:
+            finish_work(ctx, f"isend to rank {peer} ({what})", work)
+    elif peer < ctx.world_size:
+        got = [torch.zeros(3, dtype=torch.int64, device=ctx.device) for _ in range(POSTED)]
+        works = [dist.irecv(got[i], peer, group=group, tag=tag) for i, tag in enumerate(POSTED_TAGS)]
+        last = f"{what}: the last one (tag {POSTED_TAGS[-1]}), its message sent alone"
+        try:
+            done = works[-1].wait(timedelta(seconds=FIRST_WAIT_S))
+        except RuntimeError as exc:
+            post(ctx.store, key, b"stop")
+            raise CheckFailed(f"rank {ctx.rank}: {last}: wait({FIRST_WAIT_S} s) raised {exc!r}; expected it to "
+                              f"complete while the {POSTED - 1} earlier receives wait for theirs") from None
+        if not done:
+            post(ctx.store, key, b"stop")
+        ctx.expect_equal(f"{last}: wait({FIRST_WAIT_S} s) returned", True, done)
+        ctx.expect_equal(f"{last}: the message", payload(POSTED - 1, peer).tolist(), got[-1].tolist())
+        post(ctx.store, key, b"go")
+        for i in reversed(range(POSTED - 1)):
+            finish_work(ctx, f"irecv tag {POSTED_TAGS[i]} ({what})", works[i])
+            ctx.expect_equal(f"{what}: the message of tag {POSTED_TAGS[i]}", payload(i, peer).tolist(),
+                             got[i].tolist())
     dist.barrier()
 
 

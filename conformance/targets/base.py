@@ -43,8 +43,11 @@ CAPABILITIES: dict[str, str] = {
     "custom_backend": "registering an out-of-tree backend in the rank processes",
     "torchcomms": "the torchcomms integration path",
     "coalesced_p2p": "batch_isend_irecv coalesced into one backend launch",
+    "bitwise_reductions": "BAND, BOR and BXOR of integer tensors (gloo; NCCL has no bitwise reduction)",
     "p2p_tags": "send/recv tags that select among messages (NCCL ignores tags)",
     "p2p_any_source": "recv(src=None) from whichever peer sends",
+    "p2p_unordered_receives": "posted irecvs complete as their own messages arrive, whatever is posted before them "
+                              "(NCCL's stream completes P2P ops in posting order)",
     "uneven_all_gather": "all_gather of tensors that differ in size across members (torch documents it; "
                          "ProcessGroupNCCL runs it, gloo refuses it)",
     "lazy_pair_comms": "send/recv on a group without a device binding makes one 2-rank communicator per pair",

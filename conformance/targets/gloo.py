@@ -21,7 +21,8 @@ class GlooTarget(Target):
     """
 
     name = "gloo"
-    features = frozenset({"custom_backend", "multi_device", "p2p_tags", "p2p_any_source"})
+    features = frozenset({"custom_backend", "multi_device", "p2p_tags", "p2p_any_source", "p2p_unordered_receives",
+                          "bitwise_reductions"})
     probes = ("launches", "store")
     device_types = ("cpu", "cuda")
     default_backend = "cpu:gloo"

@@ -52,9 +52,15 @@ CONTRACT: dict[str, str] = {
     "torchcomms": "torch's torchcomms integration path: not something an out-of-tree backend provides",
     "coalesced_p2p": "batch_isend_irecv reaching the backend as one launch (torch 2.14+ coalesces on Python "
                      "backends: _start_coalescing/_end_coalescing on the group)",
+    "bitwise_reductions": "ReduceOp BAND, BOR and BXOR of int64 tensors in all_reduce, reduce, reduce_scatter and "
+                          "the other reducing collectives, as gloo runs them (undeclared: they may be refused naming "
+                          "the op, as ProcessGroupNCCL refuses every bitwise op, getNcclReduceOp)",
     "p2p_tags": "send/recv tags select among messages between the same pair (undeclared: tag matching is not "
                 "checked, as NCCL ignores tags)",
     "p2p_any_source": "recv(src=None) receives from whichever peer sends (recv_anysource)",
+    "p2p_unordered_receives": "with p2p_tags: irecvs posted at once, each with a tag of its own, complete as their "
+                              "own messages arrive, whatever is posted before them, as gloo's do (undeclared: they "
+                              "may complete in posting order, as P2P ops on NCCL's stream do)",
     "lazy_pair_comms": "send/recv on a group without a device binding (lazy init) makes one 2-rank communicator "
                        "per unordered pair on first use, as ProcessGroupNCCL does (pytorch PR 129147), and the "
                        "module's conformance_probe() records each as a comm_created event of mode 'p2p' "
@@ -73,8 +79,12 @@ CONSULTED: dict[str, str] = {
     "split": "COLL-ALLREDUCE-OPS and COLL-GATHER-SCATTER-ORDER also sweep split groups; COLL-MISMATCH-REFUSED "
              "also splits with disagreeing split lists",
     "hints": "HINT-INVALID-REFUSED also refuses invalid hint values",
+    "bitwise_reductions": "COLL-ALLREDUCE-OPS and the generated reducing cases of COLL-ROOTED require BAND, BOR "
+                          "and BXOR of int64 instead of admitting a refusal naming the op",
     "p2p_tags": "P2P-DATA checks that tags select among messages",
     "p2p_any_source": "P2P-DATA checks recv(src=None)",
+    "p2p_unordered_receives": "P2P-DATA (with p2p_tags) checks that the last of 17 posted irecvs completes first "
+                              "when its message is sent alone",
     "lazy_pair_comms": "P2P-LAZY-PAIR-COMM and P2P-LAZY-WARN-ONCE fail, instead of not applying, where lazy P2P "
                        "makes no pair communicator",
     "uneven_all_gather": "API-LIST-COLLECTIVES requires the all_gather of uneven tensors instead of admitting a "
