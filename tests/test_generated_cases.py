@@ -98,6 +98,18 @@ def test_narrow_values_apply_to_every_dtype_but_bool() -> None:
     assert not gc.values_apply("unsigned high", torch.int64) and gc.values_apply("extremes", torch.bool)
 
 
+@pytest.mark.parametrize("dtype", gc.NEAR_DTYPES)
+@pytest.mark.parametrize("op", [None, "SUM", "MAX", "PRODUCT"])
+def test_near_inputs_differ_between_ranks_within_a_tolerance_and_stay_in_the_ops_range(dtype, op) -> None:
+    ranks = [data.inputs(11, r, "near", dtype, op, 4, 200) for r in range(4)]
+    for r in range(1, 4):
+        assert (ranks[r] != ranks[0]).float().mean() > 0.9  # unequal element by element (0 stays 0)
+        if op != "PRODUCT":  # products keep small integers, which no relative tolerance spans
+            assert torch.allclose(ranks[r].double(), ranks[0].double(), rtol=1e-5, atol=1e-8)
+        assert (ranks[r].double().abs() <= ranks[0].double().abs()).all()  # toward zero: inside the draw's range
+    assert not gc.values_apply("near", torch.bfloat16) and not gc.values_apply("near", torch.bool)
+
+
 def test_float_tolerance_admits_any_summation_order_and_rejects_a_dropped_rank() -> None:
     columns = [data.inputs(3, r, "full range", torch.bfloat16, "SUM", 8, 4096) for r in range(8)]
     want = data.reduce(columns, "SUM", torch.bfloat16)

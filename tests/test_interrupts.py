@@ -163,6 +163,7 @@ def test_interrupted_run_leaves_a_valid_report_or_none_and_nothing_behind(comman
     elif path.exists():
         report = load_report(path)  # validates the schema
         assert report["interrupted"] is True and report["verdict"] == "incomplete"
+        assert when == "fork" or report["results"], "a run interrupted mid-way kept none of what finished"
         assert path.with_suffix(".md").exists()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(map(alive, seen)):

@@ -47,17 +47,23 @@ LARGE_SAMPLE_MAX_BYTES = 16 * MIB + 7
 INT_DTYPES = (torch.int64, torch.int32, torch.int8, torch.uint8)
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
-# Value kinds of generated cases ("unsigned high" applies to uint8 only, "narrow" to every dtype but bool).
-# "small" (exact small integers, as the hand-picked cases use) is no plan's value: only what the shrinker tries.
-# So every generated case carries its dtype's extremes or whole range, or every value of a tensor lies in one
-# narrow window at a smaller type's edge (data.NARROW_WINDOWS), and each dtype meets each kind.
-VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow")
+# Value kinds of generated cases ("unsigned high" applies to uint8 only, "narrow" to every dtype but bool, "near"
+# to NEAR_DTYPES). "small" (exact small integers, as the hand-picked cases use) is no plan's value: only what the
+# shrinker tries. So every generated case carries its dtype's extremes or whole range, or every value of a tensor
+# lies in one narrow window at a smaller type's edge (data.NARROW_WINDOWS), or the ranks hold one whole-range tensor
+# a few units in the last place apart (data.nudged), and each dtype meets each kind.
+VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow", "near")
+# where values a few units apart pass a tolerance (torch.allclose's rtol 1e-5: float32's ulp is 1.2e-7, int32's
+# whole-range values are about 1e9): a shortcut that compares approximately shows there, not in 8- or 16-bit types
+NEAR_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 def values_apply(kind: str, dtype: torch.dtype) -> bool:
     """Whether value kind ``kind`` means something for ``dtype``: bool has one range."""
     if kind == "unsigned high":
         return dtype == torch.uint8
+    if kind == "near":
+        return dtype in NEAR_DTYPES
     return kind != "narrow" or dtype != torch.bool
 
 

@@ -64,6 +64,7 @@ CORE = {"op": ("SUM", "MAX"), "dtype": REQUIRED_DTYPES, "size": gc.sizes(big=Fal
 
 
 DTYPE_VALUES = (("dtype", "values"),)  # every dtype with every value kind: its range, extremes, high bits
+KIND_VALUES = (("kind", "values"),)  # every op of a plan with every value kind ("near" ranks: a broadcast's too)
 
 
 def _plan(name: str, big: bool, pairwise: tuple[tuple[Any, ...], ...] = DTYPE_VALUES,
@@ -80,7 +81,7 @@ ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), *DTYPE_VALUES, ("op", "
                    layout=gc.CONTIGUOUS_LAYOUTS)
 # each kind with every layout of its input and its output, and every dtype with every value kind
 GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES,
-                                                ("kind", "size", gc.TINY)),
+                                                *KIND_VALUES, ("kind", "size", gc.TINY)),
                kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
                in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
 # the same kinds in place, as FSDP calls them: all_gather_into_tensor's input is this rank's slot of the output,
@@ -126,7 +127,7 @@ def rooted_plan(n: int, big: bool) -> Plan:
     """broadcast and reduce from every group rank, named by global rank (src/dst) or group rank; each from
     every root with a size past 64 KiB too (where a backend's large-message path may handle roots its own way)."""
     return _plan(f"rooted ({n} ranks)", big, (("kind", "root"), ("kind", "root_api"), ("kind", "layout"),
-                                              *DTYPE_VALUES, ("kind", "size", gc.TINY),
+                                              *DTYPE_VALUES, *KIND_VALUES, ("kind", "size", gc.TINY),
                                               (("kind", "root"), "size", ("64KiB+1e",))),
                  kind=("broadcast", "reduce"), op=ALL_OPS, root=tuple(range(n)),
                  root_api=("global", "group"), layout=gc.CONTIGUOUS_LAYOUTS)

@@ -263,6 +263,36 @@ def _premul_sum_case(ctx: CheckContext) -> None:
     expect_exact(ctx, after, want, f"{what}: then all_reduce SUM")
 
 
+# all_reduces in a row on one fresh group: past 1024, so that a backend that reuses per-op keys, slots or sequence
+# numbers in a window of 2**k ops (k <= 10) wraps at least once; the last rank comes late around each window's end
+LONG_RUN = 1030
+LONG_RUN_LATE = frozenset(2**k + d for k in range(5, 11) for d in (-1, 0, 1))  # 1-based op numbers
+LONG_RUN_LATE_S = 0.02
+
+
+def _long_run_case(ctx: CheckContext) -> None:
+    """``LONG_RUN`` all_reduce SUMs of one int64 element on a new group of every rank, op k's input k * 1000 + rank:
+    each result exact (a stale contribution of op k - 2**j shows as a sum off by a multiple of 1000). The last rank
+    sleeps ``LONG_RUN_LATE_S`` before each op of ``LONG_RUN_LATE``, so that its peers reach a reused key or slot
+    first."""
+    n, last = ctx.world_size, ctx.world_size - 1
+    group = ctx.new_group(list(range(n)))
+    wrong: list[str] = []
+    t = torch.zeros(1, dtype=torch.int64, device=ctx.device)
+    for k in range(1, LONG_RUN + 1):
+        if ctx.rank == last and k in LONG_RUN_LATE:
+            time.sleep(LONG_RUN_LATE_S)
+        t.fill_(k * 1000 + ctx.rank)
+        dist.all_reduce(t, group=group)
+        want = n * k * 1000 + n * (n - 1) // 2
+        if len(wrong) < 3 and int(t.item()) != want:
+            wrong.append(f"op #{k}: expected {want}, observed {int(t.item())}")
+    if wrong:
+        raise CheckFailed(f"rank {ctx.rank}: {LONG_RUN} all_reduce SUMs in a row on one group (op k's input "
+                          f"k * 1000 + rank; rank {last} late by {LONG_RUN_LATE_S} s around ops 2**k): "
+                          + "; ".join(wrong))
+
+
 @check("COLL-ALLREDUCE-OPS")
 def allreduce_ops(ctx: CheckContext) -> None:
     """all_reduce: every reduce op x dtype on the world; shapes; the reduce ops over every group shape."""
@@ -283,6 +313,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
     found.case(_integer_avg_case, ctx)
     found.case(_integer_wrap_case, ctx)
     found.case(_sparse_case, ctx)
+    found.case(_long_run_case, ctx)
     run_plan(ctx, found, cc.ALL_REDUCE, lambda c: cc.all_reduce_case(ctx, None, world, "world", c), world, "world")
     found.checkpoint()
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):

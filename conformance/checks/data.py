@@ -153,6 +153,20 @@ def _draw_float(kind: str, dtype: torch.dtype, op: str | None, n: int, count: in
     return (sign * mant * torch.exp2(exps)).to(dtype)
 
 
+def nudged(vals: torch.Tensor, steps: int) -> torch.Tensor:
+    """``vals`` moved ``steps`` units in the last place toward zero (integers: by ``steps``, stopping at 0), so
+    that no value leaves the range its draw kept safe for an op: the "near" kind's rank r holds rank 0's draw moved
+    r steps, and two ranks' tensors are unequal yet within any relative tolerance a shortcut might compare with."""
+    if vals.dtype.is_floating_point:
+        zero = torch.zeros_like(vals)
+        for _ in range(steps):
+            vals = torch.nextafter(vals, zero)
+        return vals
+    wide = vals.long()
+    moved = torch.where(wide > 0, (wide - steps).clamp(min=0), (wide + steps).clamp(max=0))
+    return moved.to(vals.dtype)
+
+
 def movement_specials(dtype: torch.dtype) -> torch.Tensor:
     """The values a data-movement case's "full range" input starts with: bit patterns a random draw almost never
     gives and that arithmetic does not keep, so that a copy made by arithmetic shows (a broadcast as a SUM with
@@ -178,6 +192,9 @@ def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | N
     if kind == "narrow":
         seed_rank, window = (0 if replicated(case_seed) else rank), narrow_window(case_seed, rank)
         vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, seed_rank), window)
+    elif kind == "near":
+        # a reduction's safe range for a movement too: no special value (inf) that no tolerance passes
+        vals = nudged(draw("full range", dtype, op or "SUM", n, count, stable_seed(case_seed, 0)), rank)
     else:
         vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
     if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:
