@@ -568,6 +568,7 @@ def _generated(ctx: CheckContext) -> None:
     _many_tags(ctx)
     _posted_tags(ctx)
     found = Findings(ctx)
+    found.case(_long_run, ctx)
     world = list(range(ctx.world_size))
     run_plan(ctx, found, p2p_cases.plan(ctx), lambda c: p2p_cases.p2p_case(ctx, c), world, "world")
     found.checkpoint()
@@ -674,6 +675,44 @@ def _many_tags(ctx: CheckContext) -> None:
                 ctx.expect_equal(f"message #{k + 1} with tag {tag} from rank {peer} ({PER_TAG} on each of tags "
                                  f"{list(MANY_TAGS)}, interleaved)", [MANY_TAGS.index(tag), k, peer], got.tolist())
     dist.barrier()
+
+
+# messages in a row on one channel: past 1024, so that a backend that reuses per-message keys, slots or sequence
+# numbers in a window of 2**k messages (k <= 10) wraps at least once. A sender whose sends complete at once runs
+# ahead of its receiver (into slots not read yet, where a ring overwrites); at each window's end (message 2**k + 1)
+# it waits instead until the receiver holds message 2**k, and then LONG_RUN_LATE_S more, so that the receiver asks
+# for the reused key or slot first, before the new message is there
+LONG_RUN = 1030
+WINDOW_ENDS = frozenset(2**k + 1 for k in range(5, 11))  # 1-based message numbers
+LONG_RUN_LATE_S = 0.02
+
+
+def _long_run(ctx: CheckContext) -> None:
+    """On a fresh group, rank 0 sends rank 1 ``LONG_RUN`` messages of one int64 (message j: j * 1000), one send and
+    one recv at a time (a window's reuse does not depend on the world size; one pair keeps the cost alike at every
+    size), the sender held back at every ``WINDOW_ENDS`` until the receiver has the message before (through the
+    store): every message exact."""
+    group = ctx.new_group(list(range(ctx.world_size)))
+    wrong: list[str] = []
+    if ctx.world_size >= 2 and ctx.rank <= 1:
+        t = torch.zeros(1, dtype=torch.int64, device=ctx.device)
+        for j in range(1, LONG_RUN + 1):
+            if ctx.rank == 0:
+                if j in WINDOW_ENDS:
+                    ctx.store.wait([f"p2p-long-run/{j - 1}"], timedelta(seconds=ctx.timeout_s))
+                    time.sleep(LONG_RUN_LATE_S)
+                t.fill_(j * 1000)
+                dist.send(t, 1, group=group)
+                continue
+            dist.recv(t, 0, group=group)
+            if len(wrong) < 3 and int(t.item()) != j * 1000:
+                wrong.append(f"message #{j}: expected {j * 1000}, observed {int(t.item())}")
+            if j + 1 in WINDOW_ENDS:
+                post(ctx.store, f"p2p-long-run/{j}")
+    dist.barrier()  # before the verdict: every rank meets here whatever rank 1 received
+    if wrong:
+        raise CheckFailed(f"rank 1: {LONG_RUN} messages in a row from rank 0 (message j: j * 1000; the sender held "
+                          f"until this rank had message 2**k, then {LONG_RUN_LATE_S} s): " + "; ".join(wrong))
 
 
 # irecvs a receiver posts at once, each with a tag of its own: more than a pool of 4, 8 or 16 pollers holds
