@@ -456,6 +456,13 @@ def _stays_failed(ctx: CheckContext, what: str, pending: Pending, needles: tuple
                None)
     expect_raises(ctx, f"{what}: a second wait() of the failed work", pending.wait, DIST_ERRORS, contains=needles,
                   timeout_contains=(TIMEOUT_NEEDLE,))
+    if ctx.target.traits.timed_wait_aborts:
+        ctx.note(f"{what}: wait(timeout) of the failed work not tried: on this target a timed wait aborts the "
+                 "group's communicator")
+    else:  # c10d's Work::wait(timeout) rethrows a failed Work's exception whatever the timeout (Work.cpp)
+        expect_raises(ctx, f"{what}: wait(timeout={ABSENT_WAIT_S} s) of the failed work",
+                      lambda: work.wait(timedelta(seconds=ABSENT_WAIT_S)), DIST_ERRORS, contains=needles,
+                      timeout_contains=(TIMEOUT_NEEDLE,))
     if ctx.target.traits.future_done_at_launch:
         ctx.note(f"{what}: the target completes a Work's future at launch: its failure through the future not "
                  "judged")

@@ -110,11 +110,15 @@ def _integer_wrap_case(ctx: CheckContext) -> None:
 
 
 def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: str, op: str, dtype: torch.dtype,
-                     numel: int = 7, view: bool = False, salt: int = 0) -> None:
-    """One all_reduce of known inputs over ``group``, compared with the exact reduction of all members' inputs."""
+                     numel: int = 7, view: bool = False, salt: int = 0, scalar: bool = False) -> None:
+    """One all_reduce of known inputs over ``group``, compared with the exact reduction of all members' inputs;
+    ``scalar``: of a 0-dim tensor (``numel`` 1), which must keep its shape."""
     inputs = {m: ref.values(m, numel, dtype, salt, op) for m in members}
     mine = ref.tensor(inputs[ctx.rank], dtype, ctx.device)
-    what = f"{label}: all_reduce {op} of {ref.dtype_name(dtype)}[{numel}]{' (non-contiguous view)' if view else ''}"
+    if scalar:
+        mine = mine.reshape(())
+    shape = "[] (0-dim)" if scalar else f"[{numel}]"
+    what = f"{label}: all_reduce {op} of {ref.dtype_name(dtype)}{shape}{' (non-contiguous view)' if view else ''}"
     if view:  # every other column of a wider tensor; the columns between must stay untouched
         backing = torch.full((numel, 2), 77, dtype=dtype, device=ctx.device) if dtype != torch.bool else \
             torch.ones((numel, 2), dtype=dtype, device=ctx.device)
@@ -131,6 +135,7 @@ def _all_reduce_case(ctx: CheckContext, group: Any, members: list[int], label: s
     bad = ref.mismatch(target, want, dtype, _ulps(op, len(members)))
     if bad:
         raise CheckFailed(f"rank {ctx.rank}: {what} over members {members}: {bad}")
+    ctx.expect_equal(f"{what}: the tensor's shape after the op", list(mine.shape), list(target.shape))
     if view:
         untouched = backing[:, 1].cpu().tolist()
         ctx.expect(untouched == [untouched[0]] * numel, f"{what}: columns outside the view", "unchanged",
@@ -312,6 +317,10 @@ def allreduce_ops(ctx: CheckContext) -> None:
         for op in ("SUM", "MAX"):
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=0, salt=1)
             found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1025, salt=2)
+    for op in ref.REDUCE_OPS:  # a 0-dim tensor (a loss, a norm, a flag): every op, as the world's dtypes allow
+        for dtype in (torch.float32, torch.int64):
+            if _applicable(op, dtype):
+                found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1, salt=3, scalar=True)
     found.case(_premul_sum_case, ctx)
     found.case(_special_values_case, ctx)
     found.case(_integer_avg_case, ctx)
@@ -444,7 +453,43 @@ def gather_scatter_order(ctx: CheckContext) -> None:
             run_plan(ctx, found, cc.IN_PLACE, lambda c, g=group, m=members, lb=label:
                      cc.in_place_case(ctx, g, m, lb, c), members, label)
     found.case(_reduce_scatter_tensor_bad_input, ctx)
+    found.case(_scalar_pieces, ctx)
     found.conclude()
+
+
+SCALAR_NAMES = ("size", "shape", "dim", "scalar")  # what a refusal of a 0-dim piece may name (gloo: 'invalid tensor')
+
+
+def _scalar_pieces(ctx: CheckContext) -> None:
+    """Each rank's piece a 0-dim tensor (rank r's value 10 r + 1, float32): all_gather_into_tensor into [n],
+    all_gather into n 0-dim outputs, broadcast from the last rank, reduce SUM to it: exact, and every tensor the
+    caller passed keeps its shape (a backend must not reshape the caller's tensor in place, ``unsqueeze_``), or
+    refused naming the size or shape, alike on every rank. Not reduce_scatter_tensor into a 0-dim output: gloo
+    reads its dim 0 and the process dies (SIGSEGV, seen on 2.13.0), which no check can report past."""
+    n, dev, last = ctx.world_size, ctx.device, ctx.world_size - 1
+    value = [10.0 * r + 1 for r in range(n)]
+    mine = torch.tensor(value[ctx.rank], device=dev)
+    gathered, slots = torch.zeros(n, device=dev), [torch.zeros((), device=dev) for _ in range(n)]
+    root_t, reduce_t = mine.clone(), mine.clone()
+    cases = [
+        ("all_gather_into_tensor of 0-dim pieces into [n]", lambda: dist.all_gather_into_tensor(gathered, mine),
+         [(mine, [], [value[ctx.rank]]), (gathered, [n], value)]),
+        ("all_gather of 0-dim pieces into n 0-dim outputs", lambda: dist.all_gather(slots, mine),
+         [(mine, [], [value[ctx.rank]]), *((slots[j], [], [value[j]]) for j in range(n))]),
+        (f"broadcast of a 0-dim tensor from rank {last}", lambda: dist.broadcast(root_t, last),
+         [(root_t, [], [value[last]])]),
+        (f"reduce SUM of a 0-dim tensor to rank {last}", lambda: dist.reduce(reduce_t, last),
+         [(reduce_t, [], [sum(value) if ctx.rank == last else value[ctx.rank]])]),
+    ]
+    for name, call, tensors in cases:
+        what = f"world: {name}"
+        if not optional_case(ctx, what, call, SCALAR_NAMES, kind=what):
+            continue
+        for k, (t, shape, want) in enumerate(tensors):
+            if t is reduce_t and ctx.rank != last:
+                continue  # a non-root's tensor may serve as scratch (gloo)
+            ctx.expect_equal(f"{what}: tensor {k}'s shape after the op", shape, list(t.shape))
+            ctx.expect_equal(f"{what}: tensor {k}'s values", want, t.reshape(-1).tolist())
 
 
 def _reduce_scatter_tensor_bad_input(ctx: CheckContext) -> None:

@@ -47,9 +47,22 @@ class Watched:
     buffer: torch.Tensor
     want: torch.Tensor | None
     what: str
+    layout: tuple[tuple[int, ...], tuple[int, ...], int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.layout = self._layout()
+
+    def _layout(self) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        return tuple(self.view.shape), self.view.stride(), self.view.storage_offset()
 
     def problem(self) -> str | None:
-        """What is wrong with it now, or None."""
+        """What is wrong with it now, or None: its shape, strides or offset changed (the caller's tensor is not the
+        backend's to reshape in place: ``unsqueeze_``, ``resize_``, ``t_``), a write outside it, a wrong value."""
+        now = self._layout()
+        if now != self.layout:
+            moved = [f"{name} {a} -> {b}" for name, a, b in zip(("shape", "strides", "storage offset"), self.layout,
+                                                                 now, strict=True) if a != b]
+            return f"{self.what}: the backend changed the tensor it was given: " + ", ".join(moved)
         count = self.view.numel()
         guards = torch.cat([self.buffer[:GUARD], self.buffer[GUARD + count:]])
         unset = sentinel(self.buffer.dtype)
