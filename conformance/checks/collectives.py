@@ -23,6 +23,9 @@ from conformance.checks import (
 from conformance.checks import collective_cases as cc
 from conformance.checks import reference as ref
 from conformance.checks.common import (
+    LONG_RUN,
+    LONG_RUN_LATE_S,
+    SCALAR_WORDS,
     UNSORTED,
     UNSUPPORTED,
     Findings,
@@ -268,11 +271,8 @@ def _premul_sum_case(ctx: CheckContext) -> None:
     expect_exact(ctx, after, want, f"{what}: then all_reduce SUM")
 
 
-# all_reduces in a row on one fresh group: past 1024, so that a backend that reuses per-op keys, slots or sequence
-# numbers in a window of 2**k ops (k <= 10) wraps at least once; the last rank comes late around each window's end
-LONG_RUN = 1030
-LONG_RUN_LATE = frozenset(2**k + d for k in range(5, 11) for d in (-1, 0, 1))  # 1-based op numbers
-LONG_RUN_LATE_S = 0.02
+# the 1-based op numbers of the long run before which its rank 1 comes late: around each window's end
+LONG_RUN_LATE = frozenset(2**k + d for k in range(5, 11) for d in (-1, 0, 1))
 
 
 def _long_run_case(ctx: CheckContext) -> None:
@@ -457,9 +457,6 @@ def gather_scatter_order(ctx: CheckContext) -> None:
     found.conclude()
 
 
-SCALAR_NAMES = ("size", "shape", "dim", "scalar")  # what a refusal of a 0-dim piece may name (gloo: 'invalid tensor')
-
-
 def _scalar_pieces(ctx: CheckContext) -> None:
     """Each rank's piece a 0-dim tensor (rank r's value 10 r + 1, float32): all_gather_into_tensor into [n],
     all_gather into n 0-dim outputs, broadcast from the last rank, reduce SUM to it: exact, and every tensor the
@@ -483,7 +480,7 @@ def _scalar_pieces(ctx: CheckContext) -> None:
     ]
     for name, call, tensors in cases:
         what = f"world: {name}"
-        if not optional_case(ctx, what, call, SCALAR_NAMES, kind=what):
+        if not optional_case(ctx, what, call, SCALAR_WORDS, kind=what):
             continue
         for k, (t, shape, want) in enumerate(tensors):
             if t is reduce_t and ctx.rank != last:

@@ -194,6 +194,12 @@ def expect_exact(ctx: CheckContext, got: torch.Tensor, want: list[Any], what: st
 NO_OP = "No backend type associated with device type"
 # how a backend declines an op it lacks: c10d's Backend ('Backend gloo does not support gather_single'), or NO_OP
 UNSUPPORTED = ("does not support", "not supported", "unsupported", NO_OP)
+SCALAR_WORDS = ("size", "shape")  # what a refusal of a 0-d piece may name (gloo: 'invalid tensor size at index 0')
+
+# ops or messages in a row on one fresh group: past 1024, so that a backend that reuses per-op keys, slots or
+# sequence numbers in a window of 2**k (k <= 10) wraps at least once; a side late around a window's end sleeps this
+LONG_RUN = 1030
+LONG_RUN_LATE_S = 0.02
 
 # how much later than its group's timeout a peer's error may come (6 s seen at load 80 on 2 cores)
 PEER_SLACK_S = 15.0

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import finish_work, optional_case, post
+from conformance.checks.common import SCALAR_WORDS, finish_work, optional_case, post
+from conformance.checks.data import Placed
 from conformance.checks.programs import (
     AGAIN,
     GUARD,
@@ -34,7 +35,6 @@ from conformance.checks.programs import (
 from conformance.checks.reference import dtype_name
 from conformance.checks.registry import CheckContext
 
-SCALAR_WORDS = ("size", "shape")  # what a refusal of a 0-d piece may name instead
 FUTURE_WORDS = ("not implemented", "getFuture", "does not support", "not supported")  # a Work without a future
 
 
@@ -47,22 +47,18 @@ class Watched:
     buffer: torch.Tensor
     want: torch.Tensor | None
     what: str
-    layout: tuple[tuple[int, ...], tuple[int, ...], int] = field(init=False)
+    placed: Placed = field(init=False)
 
     def __post_init__(self) -> None:
-        self.layout = self._layout()
-
-    def _layout(self) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-        return tuple(self.view.shape), self.view.stride(), self.view.storage_offset()
+        self.placed = Placed(self.view, self.buffer, "program")
 
     def problem(self) -> str | None:
-        """What is wrong with it now, or None: its shape, strides or offset changed (the caller's tensor is not the
-        backend's to reshape in place: ``unsqueeze_``, ``resize_``, ``t_``), a write outside it, a wrong value."""
-        now = self._layout()
-        if now != self.layout:
-            moved = [f"{name} {a} -> {b}" for name, a, b in zip(("shape", "strides", "storage offset"), self.layout,
-                                                                 now, strict=True) if a != b]
-            return f"{self.what}: the backend changed the tensor it was given: " + ", ".join(moved)
+        """What is wrong with it now, or None: it no longer views the memory it was given (``Placed.rebound``: the
+        caller's tensor is not the backend's to reshape in place, ``unsqueeze_``, or to rebind), a write outside it,
+        a wrong value."""
+        moved = self.placed.rebound()
+        if moved is not None:
+            return f"{self.what}: {moved}"
         count = self.view.numel()
         guards = torch.cat([self.buffer[:GUARD], self.buffer[GUARD + count:]])
         unset = sentinel(self.buffer.dtype)
