@@ -35,10 +35,12 @@ from conformance.checks.common import (
     options_part,
     positive_control,
     positive_exit_holder,
+    post,
     shared_folder,
     unsorted_group,
     work_success,
 )
+from conformance.checks.generated import agree
 from conformance.checks.group_program_runs import check_group_programs
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
@@ -54,6 +56,7 @@ UNWAITED_POLL_S = 10.0  # how long an async all_reduce nobody waits on may take 
 FD_DIR = "/proc/self/fd"
 FD_SLACK = 1  # fds a process may hold more after two more worlds came and went (none seen)
 FD_WAIT_S = 2.0  # how long the fds of destroyed worlds may take to be closed
+FIRST_DESTROY_S = 5.0  # how long the other ranks hold off destroying a subgroup that rank 0 destroys first
 BOOL_HINT_SPELLINGS = ("True", "FALSE")  # valid spellings of a boolean hint beyond the lower-case ones
 FUTURE_WAIT_S = 2.0  # how long a completed Work's future may take to be marked done
 LATE_S = 0.5  # how late (after a barrier) a peer joins where a Work must not say it is done before it
@@ -62,6 +65,8 @@ SHORT_WAIT = timedelta(milliseconds=50)  # a wait(timeout) that elapses while th
 # what the error of that wait names: that it timed out, or the timeout it was given (toyccl: 'did not complete
 # within 0:00:00.050000', str of the timedelta)
 SHORT_WAIT_NAMED = (*TIMEOUT_NEEDLE, str(SHORT_WAIT), "50ms", "50 ms", "0.05 s", "0.05s")
+HELD_S = 0.8  # how long a receiver holds a posted irecv before it waits on it
+FROM_CALL = timedelta(seconds=0.7)  # that wait's timeout: shorter than HELD_S, longer than the message takes
 
 
 def _async_cases(ctx: CheckContext) -> list[tuple[str, Callable[[], Any], torch.Tensor, list[float]]]:
@@ -149,6 +154,7 @@ def work_future(ctx: CheckContext) -> None:
     _completes_unwaited(ctx)
     late_callbacks = _pending_callbacks(ctx)
     _call_orders(ctx)
+    _timeout_from_the_call(ctx)
     _elapsed_waits(ctx)
     if held:  # judged last: a rank failing here leaves no peer waiting for it in a later op
         positive_exit_holder(ctx)
@@ -414,6 +420,44 @@ def _elapsed_waits(ctx: CheckContext) -> None:
     found.conclude()
 
 
+def _timeout_from_the_call(ctx: CheckContext) -> None:
+    """work.wait(timeout) bounds the wait from the call, not from the op's posting (c10d's Work::wait(timeout):
+    the timeout of that wait): rank 0 posts an irecv from the last rank, holds it ``HELD_S``, tells the sender
+    through the store and at once waits with ``FROM_CALL``, shorter than ``HELD_S``; the sender sends when told.
+    The wait returns True and the message is exact. A timeout counted from the posting elapsed before the wait
+    began. World size 2 or more."""
+    n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    if n < 2:
+        return
+    group = ctx.new_group(list(range(n)))
+    t = torch.zeros(3, device=ctx.device)
+    what = (f"irecv from rank {last} posted {HELD_S} s before its wait(timeout={FROM_CALL.total_seconds()} s), "
+            "the message sent as the wait began")
+    failure = None
+    if ctx.rank == first:
+        work = dist.irecv(t, src=last, group=group)
+        time.sleep(HELD_S)
+        post(ctx.store, "api-timed-wait/go")
+        begun = time.monotonic()
+        try:
+            returned = work.wait(timeout=FROM_CALL)
+        except RuntimeError as exc:
+            returned = f"RuntimeError after {time.monotonic() - begun:.2f} s: {exc}"
+        if returned is not True:
+            failure = f"rank {first}: {what}: expected True, observed {returned!r}"
+    elif ctx.rank == last:
+        ctx.store.wait(["api-timed-wait/go"], timedelta(seconds=ctx.timeout_s))
+        t.fill_(5.0)
+        dist.send(t, first, group=group)
+    # every rank learns rank 0's finding through the store (not the backend, which the failed wait may have left
+    # waiting) and fails alike
+    failure = agree(ctx, list(range(n)), "timed-wait-from-the-call", failure or "")[first]
+    if failure:
+        raise CheckFailed(failure)
+    if ctx.rank == first:
+        expect_exact(ctx, t, [5.0] * 3, f"{what}: the tensor after wait()")
+
+
 def _wait_elapses(ctx: CheckContext, what: str, work: dist.Work, start: float) -> None:
     """``work.wait(SHORT_WAIT)`` raises a RuntimeError reading as a timeout or naming the timeout it was given
     (``SHORT_WAIT_NAMED``): any return is a failure (the op waits for its peer, ``LATE_S`` after ``start``; a
@@ -604,7 +648,10 @@ def _cycles(ctx: CheckContext, folder: Path) -> None:
         made = [e["comm"] for e in new_comms(ctx, since)]
         since = ctx.probe.mark()
         kept = ctx.new_group(ranks[::-1])
-        _destroy_subgroup(ctx, doomed, where)
+        if cycle == 1:
+            _destroy_first(ctx, doomed, where)
+        else:
+            _destroy_subgroup(ctx, doomed, where)
         _expect_destroyed(ctx, made, since, f"{where}: destroy_process_group(subgroup)")
         expect_allreduce_members(ctx, kept, ranks, f"{where}: a subgroup after another one was destroyed")
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, f"{where}: world after a subgroup was destroyed")
@@ -687,6 +734,36 @@ def _destroy_subgroup(ctx: CheckContext, group: Any, where: str) -> None:
         raise CheckFailed(f"rank {ctx.rank}: {where}: destroy_process_group(subgroup) raised {exc!r}: torch "
                           "unregisters a subgroup by its group_name, which this backend's group does not provide "
                           "(override group_name: docs/vendor-guide.md, section 2)") from None
+
+
+def _destroy_first(ctx: CheckContext, group: Any, where: str) -> None:
+    """Rank 0 destroys a used subgroup while the other ranks hold off until it says it has (through the store, for
+    at most ``FIRST_DESTROY_S``), then they destroy theirs: destroy_process_group(group) is local (torch unregisters
+    the group on the calling rank; gloo's shutdown waits for no peer), so rank 0's call returns at once. Rank 0
+    posts how long its call took; every rank judges that, so all fail alike. Not tried on GPU targets (whether
+    ProcessGroupNCCL's shutdown of a used communicator waits for its peers was not verified): each rank
+    destroys its copy at once there. World size 2 or more."""
+    if ctx.target.target.gpu or ctx.world_size < 2:
+        _destroy_subgroup(ctx, group, where)
+        return
+    key = "api-lifecycle/destroyed-first"
+    what = f"{where}: rank 0's destroy_process_group(subgroup), the other ranks holding off until it returned"
+    if ctx.rank == 0:
+        begun = time.monotonic()
+        _destroy_subgroup(ctx, group, where)
+        post(ctx.store, key, f"{time.monotonic() - begun:.3f}".encode())
+    try:
+        ctx.store.wait([key], timedelta(seconds=FIRST_DESTROY_S))
+        took: float | None = float(ctx.store.get(key).decode())
+    except RuntimeError:  # DistStoreError: rank 0's call did not return while this rank held off
+        took = None
+    if ctx.rank != 0:
+        _destroy_subgroup(ctx, group, where)
+    if took is None:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: expected it to return at once (a local call), observed it had "
+                          f"not returned after {FIRST_DESTROY_S} s")
+    ctx.expect(took < FIRST_DESTROY_S / 2, what, f"it returns at once (a local call; under {FIRST_DESTROY_S / 2} s)",
+               f"it returned after {took:.2f} s")
 
 
 def _expect_destroyed(ctx: CheckContext, made: list[Any], since: int, what: str) -> None:

@@ -93,15 +93,20 @@ IN_PLACE = _plan("gather/reduce_scatter in place", False, (("kind", "out_layout"
                  out_layout=gc.CONTIGUOUS_LAYOUTS)
 # an expanded input (stride 0: every element one memory location, as `torch.tensor(v).expand(n)` gives) only where
 # the op reads it and writes elsewhere: all_reduce and broadcast write their input
+# how many dimensions a tensor in each layout of NONCONTIGUOUS has: all_gather's outputs have its input's shape
+# (gloo: 'invalid tensor size'), so a flat side takes the other's shape and two others must agree
+LAYOUT_DIMS = {"flat": 1, "strided": 1, "expanded": 1, "transposed": 2, "channels_last": 4}
 NONCONTIGUOUS = Plan("non-contiguous", {
-    "kind": ("all_reduce", "broadcast", "all_gather_into_tensor", "reduce_scatter_tensor"),
+    "kind": ("all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"),
     "in_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS, "expanded"), "out_layout": ("flat", *gc.NONCONTIGUOUS_LAYOUTS),
     "op": ("SUM", "MAX"), "dtype": (torch.float32, torch.int64, torch.bfloat16), "size": gc.sizes(big=False),
     "values": ("extremes", "full range")},
     valid=lambda d: ("flat" not in (d["in_layout"], d["out_layout"]) or d["in_layout"] != d["out_layout"])
-    and (d["in_layout"] != "expanded" or d["kind"] in ("all_gather_into_tensor", "reduce_scatter_tensor"))
+    and (d["in_layout"] != "expanded" or d["kind"] in ("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"))
+    and (d["kind"] != "all_gather" or "flat" in (d["in_layout"], d["out_layout"])
+         or LAYOUT_DIMS[d["in_layout"]] == LAYOUT_DIMS[d["out_layout"]])
     and op_matters(d) and gc.affordable(d["size"], d["dtype"], 8), samplers={"size": gc.sample_size}, core=CORE,
-    pairwise=(("kind", "in_layout"),))
+    pairwise=(("kind", "in_layout"), ("kind", "out_layout")))
 # a strided (every other element) input and output too: a backend that stages a non-contiguous output must
 # copy the result back into it (or refuse it naming contiguity)
 # "by sender": each member sends every member the same number of rows (its own), and passes no input split sizes
@@ -297,18 +302,58 @@ def noncontiguous_case(ctx: CheckContext, group: Any, members: list[int], label:
     if kind == "all_reduce":
         layout = case["in_layout"] if case["in_layout"] != "flat" else case["out_layout"]
         return all_reduce_case(ctx, group, members, label, case.with_(layout=layout), layout_dim="layout")
-    if kind == "broadcast":
-        layout = case["in_layout"] if case["in_layout"] != "flat" else case["out_layout"]
-        n, dtype = len(members), case["dtype"]
-        count = gc.numel(case["size"], dtype, n)
-        root = members[-1]
-        ins = member_inputs(ctx, case, members, count, None)
-        placed = data.place(ins[ctx.rank], layout, ctx.device)
-        what = _what(case, label, "broadcast", count) + f" from rank {root}, {layout} view"
-        if run(ctx, case, what, None, lambda: dist.broadcast(placed.view, src=root, group=group), noncontiguous=True):
-            expect(ctx, what, placed, data.Expected(ins[root]))
-        return None
+    if kind in ("broadcast", "reduce"):
+        return _noncontiguous_rooted(ctx, group, members, label, case)
+    if kind == "all_gather":
+        return _noncontiguous_list_gather(ctx, group, members, label, case)
     return _noncontiguous_gather(ctx, group, members, label, case)
+
+
+def _noncontiguous_rooted(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    """broadcast or reduce in place on a non-contiguous view, to the group's last member: the root's view holds
+    the result (every member's, for broadcast)."""
+    kind, n, dtype = case["kind"], len(members), case["dtype"]
+    layout = case["in_layout"] if case["in_layout"] != "flat" else case["out_layout"]
+    op = case["op"] if kind == "reduce" else None
+    count = gc.numel(case["size"], dtype, n)
+    root = members[-1]
+    ins = member_inputs(ctx, case, members, count, op)
+    placed = data.place(ins[ctx.rank], layout, ctx.device)
+    what = _what(case, label, kind, count) + f" {'from' if op is None else 'to'} rank {root}, {layout} view"
+    if op is None:
+        call = lambda: dist.broadcast(placed.view, src=root, group=group)  # noqa: E731
+    else:
+        call = lambda: dist.reduce(placed.view, dst=root, op=ref.REDUCE_OPS[op], group=group)  # noqa: E731
+    if not run(ctx, case, what, op, call, noncontiguous=True):
+        return
+    if op is None:
+        expect(ctx, what, placed, data.Expected(ins[root]))
+    elif ctx.rank == root:  # a non-root's tensor after reduce is not specified (torch's docs)
+        expect(ctx, what, placed, expected_reduction(case, [ins[m] for m in members], op))
+
+
+def _noncontiguous_list_gather(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
+    """all_gather into a list of outputs in the case's output layout, from an input in its input layout."""
+    n, dtype, in_layout, out_layout = len(members), case["dtype"], case["in_layout"], case["out_layout"]
+    shard = gc.numel(case["size"], dtype, n)
+    ins = member_inputs(ctx, case, members, shard, None)
+    if in_layout == "expanded":
+        ins = {m: data.first_repeated(x) for m, x in ins.items()}
+    placed_in = data.place(ins[ctx.rank], in_layout, ctx.device)
+    outs = [data.empty_like_layout(shard, dtype, out_layout, ctx.device) for _ in members]
+    shape = outs[0].view.shape
+    if placed_in.view.shape != shape:  # one side flat (the plan's rule): a view of it in the other's shape
+        if in_layout == "flat":
+            placed_in = data.Placed(placed_in.view.view(shape), placed_in.backing, in_layout)
+        else:
+            outs = [data.Placed(o.view.view(placed_in.view.shape), o.backing, out_layout) for o in outs]
+    what = _what(case, label, "all_gather", shard) + f", {in_layout} input, {out_layout} outputs"
+    if not run(ctx, case, what, None, lambda: dist.all_gather([o.view for o in outs], placed_in.view, group=group),
+               noncontiguous=True, overlapping=in_layout == "expanded"):
+        return
+    for j, m in enumerate(members):
+        expect(ctx, f"{what}: slot {j} (rank {m}'s input)", outs[j], data.Expected(ins[m]))
+    expect_kept(ctx, what, placed_in, ins[ctx.rank][:placed_in.view.numel()])
 
 
 def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:

@@ -413,7 +413,8 @@ def _large_view_case(ctx: CheckContext, world: list[int], root: int | None) -> N
 
 @check("COLL-NONCONTIGUOUS")
 def noncontiguous(ctx: CheckContext) -> None:
-    """all_reduce and broadcast on a non-contiguous view: exact (the rest untouched) or refused naming it."""
+    """Collectives on non-contiguous views (all_reduce, broadcast, reduce, the gathers, reduce_scatter_tensor): exact
+    (the rest untouched) or refused naming contiguity."""
     ctx.init_world(default_mode(ctx))
     world = list(range(ctx.world_size))
     found = Findings(ctx)

@@ -155,6 +155,12 @@ class _Run:
         if len(own) != 1:
             self._fail(start, f"communicators a new_group of every rank made by its first collective: expected 1, "
                        f"observed {_shown(own)}")
+        since = ctx.probe.mark()
+        self._all_reduce(-1, plain, everyone, f"a group given a default options object, again, {start}")
+        again = [e for e in new_comms(ctx, since) if e.get("mode") != "p2p"]
+        if again:  # the first collective made the group's communicator (just judged): the second keeps it
+            self._fail(start, f"communicators the second collective of that group made: expected none (its first "
+                       f"made one), observed {_shown(again)}")
         config = config_part(ctx).effective(plain, ctx.probe)
         if not isinstance(config, dict):
             raise NotObservable(f"target {ctx.target.name} shows no effective config for a group after its first "

@@ -170,6 +170,7 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
         _exchange(ctx, ring(ctx.world_size), salt=salt)
     _exchange(ctx, all_pairs(ctx.world_size), salt=9)
     created = new_comms(ctx, since)
+    _around_first_collective(ctx)  # after `created`: its all_reduce makes a group communicator
     if "p2p_any_source" in ctx.target.capabilities:  # a lazy group's any-source receive (its barrier makes the
         _any_source_then_named(ctx)                  # group's own communicator: counted after `created`)
     if not created:
@@ -194,6 +195,42 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ctx.expect(len(set(ids)) == len(ids), "ids of the pair communicators lazy P2P made", "one per pair", ids)
     _pairs_of_another_group(ctx, set(ids))
     _first_p2p_by_entry_point(ctx)
+
+
+SENDER_LATE_S = 0.2  # how long a sender waits before sending what a posted receive waits for
+
+
+def _around_first_collective(ctx: CheckContext) -> None:
+    """On a new lazy group of every rank, a ring of messages, then the group's first collective (an all_reduce,
+    which makes the group's communicator where the backend makes one then), then a message from rank 0 to rank 1
+    whose receive is posted ``SENDER_LATE_S`` before it is sent: each message exact, the all_reduce's sum too.
+    A backend that numbers or keys messages afresh once the group has its communicator, while the first ring's
+    are still where it keeps them, hands a receive an old message."""
+    if ctx.world_size < 2:
+        return
+    group = ctx.new_group(list(range(ctx.world_size)))
+    _exchange(ctx, ring(ctx.world_size), salt=21, group=group)
+    total = torch.full((2,), float(ctx.rank + 1), device=ctx.device)
+    dist.all_reduce(total, group=group)
+    n = ctx.world_size
+    expect_exact(ctx, total, [float(n * (n + 1) // 2)] * 2, "all_reduce SUM of a new lazy group between two rings "
+                 "of its messages")
+    failure = ""
+    if ctx.rank == 0:  # one direction only: a recv and a send crossing on one pair's stream deadlock on NCCL
+        time.sleep(SENDER_LATE_S)
+        dist.send(ranked_tensor(ctx, salt=22), 1, group=group)
+    elif ctx.rank == 1:
+        got = torch.zeros(8, device=ctx.device)
+        dist.recv(got, 0, group=group)
+        expected = [float(i + 100 + 1000 * 22) for i in range(8)]  # what ranked_tensor makes on rank 0
+        bad = ref.mismatch(got, expected, got.dtype)
+        if bad is not None:
+            failure = (f"rank 1: a new lazy group's message from rank 0 after the group's first collective (the "
+                       f"receive posted {SENDER_LATE_S} s before the send): expected {expected}, observed {bad}")
+    # told through the store, every rank fails alike (a sender whose message was never taken may be left waiting)
+    failure = agree(ctx, list(range(n)), "p2p-after-first-collective", failure)[min(1, n - 1)]
+    if failure:
+        raise CheckFailed(failure)
 
 
 # (the sender's call, the receiver's call) of a new lazy group's first message: every way torch hands P2P to a backend
@@ -410,6 +447,7 @@ def _beyond_views(ctx: CheckContext) -> None:
     subgroups, two groups of the same ranks, the generated cases."""
     _tags_and_any_source(ctx)
     _long_channel(ctx)
+    _refilled_buffer(ctx)
     _beside_large_collectives(ctx)
     _in_subgroups(ctx)
     _groups_kept_apart(ctx)
@@ -529,6 +567,33 @@ def _long_channel(ctx: CheckContext) -> None:
     wrong = [(k, v) for k, v in enumerate(values) if v != float(prv * 1000 + k)]
     ctx.expect(not wrong, f"{LONG_CHANNEL} messages from rank {prv} on one tag, received in order",
                f"receive k holds message k ({prv * 1000} + k)", f"{len(wrong)} wrong, first (k, value): {wrong[:3]}")
+
+
+REFILLS = ("an in-place copy_", "its .data", "a NumPy view of its memory", "its .data again")
+
+
+def _refilled_buffer(ctx: CheckContext) -> None:
+    """Every rank sends the next one the same tensor object once per refill in ``REFILLS``, refilled in between
+    (writes through ``.data`` or NumPy do not move autograd's version counter, so a backend that skips packing a
+    buffer it saw unchanged by that counter sends stale bytes): receive k holds fill k. On a device without NumPy
+    views, ``.data`` stands in for them."""
+    n, r = ctx.world_size, ctx.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    buf = torch.zeros(4, dtype=torch.int64, device=ctx.device)
+    for k, how in enumerate(REFILLS):
+        values = torch.arange(4, dtype=torch.int64) + 1000 * r + 10 * k
+        if k == 0:
+            buf.copy_(values.to(ctx.device))
+        elif "NumPy" in how and buf.device.type == "cpu":
+            buf.numpy()[:] = values.numpy()
+        else:
+            buf.data.copy_(values.to(ctx.device))
+        got = torch.full((4,), -1, dtype=torch.int64, device=ctx.device)
+        for w in (dist.isend(buf, nxt), dist.irecv(got, prv)):
+            w.wait()
+        want = (torch.arange(4) + 1000 * prv + 10 * k).tolist()
+        ctx.expect_equal(f"message {k} from rank {prv}: the same tensor object it sent before, refilled through "
+                         f"{how}", want, got.cpu().tolist())
 
 
 LARGE_ELEMENTS = 1 << 20  # float32: 4 MiB, the size from which a backend may reduce in one chunk per rank
