@@ -12,11 +12,21 @@ wins.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("RES_OPTIONS", "timeout:1 attempts:2")
+
+# Python caches the bytecode of what it imports; a machine that exports PYTHONDONTWRITEBYTECODE=1 (the
+# development host does) keeps none, and every process these tests start compiles torch's modules again: `import
+# torch` took 10 s there without a cache and 4 s with one, and DDP's constructor, which imports torch._dynamo
+# (sympy too), 13 s without (8.6 s of it in compile()), so each DDP item spent most of its 30 s compiling. The
+# suite's processes and the ones they start write the cache (the mutation harness's judges turn it off for
+# themselves: a mutant must never read another's bytecode).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 # pytest-xdist's load scheduler hands each worker a quarter of its share up front (about 110 items here), and

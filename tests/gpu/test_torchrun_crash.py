@@ -24,14 +24,14 @@ def test_a_crashing_check_costs_that_check_only(tmp_path: Path) -> None:
     cmd = [*TORCHRUN, "-m", "conformance", "run", "--target", "vendor", "--launcher", "env",
            "--target-option", "backend=toyccl_barrier_segv", "--target-option", "device=cpu",
            "--target-option", "module=tests.gpu.crashing_backend",
-           "--requirement", "COLL-ROOTED,COLL-BARRIER-BLOCKS,COLL-ALLREDUCE-OPS", "--timeout", "10",
+           "--requirement", "COLL-ROOTED,COLL-BARRIER-BLOCKS,COLL-ALLTOALL-UNEVEN", "--timeout", "20",
            "--report-dir", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False, cwd=ROOT)
     report = tmp_path / "toyccl_barrier_segv.json"  # a vendor target's report is named by its backend
     assert report.exists(), proc.stdout[-2000:] + proc.stderr[-3000:]
     results = {r["requirement"]: r for r in json.loads(report.read_text())["results"]}
     assert {k: r["outcome"] for k, r in results.items()} == {
-        "COLL-ROOTED": "pass", "COLL-BARRIER-BLOCKS": "error", "COLL-ALLREDUCE-OPS": "pass"}
+        "COLL-ROOTED": "pass", "COLL-BARRIER-BLOCKS": "error", "COLL-ALLTOALL-UNEVEN": "pass"}
     assert "rank 1 crashed: killed by signal SIGSEGV" in results["COLL-BARRIER-BLOCKS"]["detail"]
     crashed = next(r for r in results["COLL-BARRIER-BLOCKS"]["ranks"] if r["rank"] == 1)
     assert crashed["status"] == "crashed" and crashed["exitcode"] == -11
