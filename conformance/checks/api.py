@@ -40,7 +40,7 @@ from conformance.checks.common import (
     unsorted_group,
     work_success,
 )
-from conformance.checks.generated import agree
+from conformance.checks.generated import raise_shared
 from conformance.checks.group_program_runs import check_group_programs
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
@@ -449,11 +449,7 @@ def _timeout_from_the_call(ctx: CheckContext) -> None:
         ctx.store.wait(["api-timed-wait/go"], timedelta(seconds=ctx.timeout_s))
         t.fill_(5.0)
         dist.send(t, first, group=group)
-    # every rank learns rank 0's finding through the store (not the backend, which the failed wait may have left
-    # waiting) and fails alike
-    failure = agree(ctx, list(range(n)), "timed-wait-from-the-call", failure or "")[first]
-    if failure:
-        raise CheckFailed(failure)
+    raise_shared(ctx, "timed-wait-from-the-call", failure or "", first)
     if ctx.rank == first:
         expect_exact(ctx, t, [5.0] * 3, f"{what}: the tensor after wait()")
 

@@ -62,6 +62,14 @@ def agree(ctx: CheckContext, members: list[int], topic: str, value: str) -> list
     return [ctx.store.get(k).decode() for k in keys]
 
 
+def raise_shared(ctx: CheckContext, topic: str, finding: str, owner: int) -> None:
+    """Raise rank ``owner``'s ``finding`` (empty: none) on every rank of the world, learned through the store, not
+    the backend (which a failed op may have left waiting): every rank fails alike, none waits out a timeout."""
+    shared = agree(ctx, list(range(ctx.world_size)), topic, finding)[owner]
+    if shared:
+        raise CheckFailed(shared)
+
+
 def candidates(case: Case, world_size: int) -> Iterator[Case]:
     """Simpler variants of ``case``: smaller sizes first (smallest first, then half), then the other
     dimensions at their simplest value (flat layout, small values, tag 0, first root, fewer ops)."""
