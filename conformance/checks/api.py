@@ -40,7 +40,7 @@ from conformance.checks.common import (
     unsorted_group,
     work_success,
 )
-from conformance.checks.generated import raise_shared
+from conformance.checks.generated import agree, raise_shared
 from conformance.checks.group_program_runs import check_group_programs
 from conformance.checks.hints import expect_options
 from conformance.checks.option_bounds import ctas_cases
@@ -50,6 +50,7 @@ from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 from conformance.targets.base import WorldSpec
+from conformance.torchcomms_hints import HINT_KEYS
 
 MAX_TAG = 2**31 - 1
 UNWAITED_POLL_S = 10.0  # how long an async all_reduce nobody waits on may take to report is_completed()
@@ -533,7 +534,7 @@ def boundary_accepted(ctx: CheckContext) -> None:
     max_ctas, every pair of 1 and 2 NCCL accepts (option_bounds) and, with hints, a boolean hint spelled in
     capitals (torchcomms lower-cases it before reading it: comms/torchcomms/utils/Utils.cpp string_to_bool)."""
     ctx.init_world(default_mode(ctx))
-    n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    first, last = 0, ctx.world_size - 1
     for tag in (0, MAX_TAG):
         t = torch.full((3,), float(tag % 1000 + 1), device=ctx.device) if ctx.rank == first else \
             torch.zeros(3, device=ctx.device)
@@ -543,21 +544,150 @@ def boundary_accepted(ctx: CheckContext) -> None:
             dist.recv(t, src=first, tag=tag)
             expect_exact(ctx, t, [float(tag % 1000 + 1)] * 3, f"recv from rank {first} with tag {tag}")
     _long_timeout(ctx)
-    if "options" not in ctx.target.capabilities:
-        return
-    edges: list[dict[str, Any]] = [{"cga_cluster_size": 0}, {"cga_cluster_size": 8}, {"min_ctas": 4, "max_ctas": 4},
-                                   *(case.fields for case in ctas_cases() if case.valid)]
-    if "hints" in ctx.target.capabilities:  # torchcomms reads a boolean hint case-insensitively (string_to_bool)
-        edges += [{"hints": {"is_high_priority_stream": spelled}} for spelled in BOOL_HINT_SPELLINGS]
-    for fields in edges:
+    if "options" in ctx.target.capabilities:
+        _option_edges(ctx)
+    _own_timeout(ctx)
+
+
+def _option_edges(ctx: CheckContext) -> None:
+    """Each valid edge of the option fields (and, with hints, of the hint values: ``hint_edges``) is accepted and
+    works; a field then reaches the communicator's config with its value, and where hints and fields say the
+    same (``agreeing_hints``) the effective field holds that value (a hint read as text, not parsed, shows)."""
+    n = ctx.world_size
+    edges: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        (fields, fields) for fields in ({"cga_cluster_size": 0}, {"cga_cluster_size": 8},
+                                        {"min_ctas": 4, "max_ctas": 4},
+                                        *(case.fields for case in ctas_cases() if case.valid))]
+    if "hints" in ctx.target.capabilities:
+        edges += [(fields, {}) for fields in hint_edges()] + agreeing_hints()
+    for fields, effective in edges:
         try:
             edged = ctx.new_group(list(range(n)), pg_options=options_part(ctx).make(**fields))
         except Exception as exc:  # noqa: BLE001 - any refusal of a valid value is the failure
             raise CheckFailed(f"rank {ctx.rank}: new_group with options {fields}: expected acceptance, "
                               f"observed {type(exc).__name__}: {exc}") from None
         expect_allreduce_members(ctx, edged, list(range(n)), f"new_group with options {fields}")
-        if "hints" not in fields:  # a hint's effective form is the stack's (parsed, renamed): accepted is the point
-            expect_options(ctx, edged, f"new_group with options {fields}", fields)
+        expect_options(ctx, edged, f"new_group with options {fields}", effective)
+
+
+# minCTAs <= maxCTAs pairs whose decimal text orders the other way ('4' > '16'): valid, as numbers
+TEXT_ORDERED_CTAS = ((4, 16), (9, 10), (2, 100))
+
+
+def hint_edges() -> list[dict[str, Any]]:
+    """Valid hint values a backend must accept: a boolean hint spelled in capitals (torchcomms lower-cases it
+    before reading it: comms/torchcomms/utils/Utils.cpp string_to_bool), and minCTAs <= maxCTAs pairs whose text
+    orders the other way (``TEXT_ORDERED_CTAS``), as two hints and as a field beside a hint (NCCL compares the
+    numbers: src/init.cc v2.28.9:1866-1869)."""
+    edges: list[dict[str, Any]] = [{"hints": {"is_high_priority_stream": spelled}} for spelled in BOOL_HINT_SPELLINGS]
+    for low, high in TEXT_ORDERED_CTAS:
+        edges += [{"hints": {"minCTAs": str(low), "maxCTAs": str(high)}},
+                  {"min_ctas": low, "hints": {"maxCTAs": str(high)}},
+                  {"max_ctas": high, "hints": {"minCTAs": str(low)}}]
+    return edges
+
+
+# the spellings of a boolean hint every stack reads (torchcomms' string_to_bool takes yes/no/y/n too)
+BOOL_HINT_VALUES = {"true": True, "True": True, "1": True, "false": False, "FALSE": False, "0": False}
+
+
+def agreeing_hints() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(options, the effective fields they must give) where a field and its hint say the same: whichever a stack
+    takes (torchcomms builds its config from hints, ProcessGroupNCCL from fields), the config holds that value:
+    every spelling of a boolean hint beside the field it parses to, and both CTA bounds as fields and as hints."""
+    out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for spelled, value in BOOL_HINT_VALUES.items():
+        for key in HINT_KEYS["is_high_priority_stream"]:
+            fields = {"is_high_priority_stream": value}
+            out.append(({**fields, "hints": {key: spelled}}, fields))
+    for low, high in TEXT_ORDERED_CTAS:
+        fields = {"min_ctas": low, "max_ctas": high}
+        out.append(({**fields, "hints": {HINT_KEYS["min_ctas"][0]: str(low), HINT_KEYS["max_ctas"][0]: str(high)}},
+                    fields))
+    return out
+
+
+SHORT_WORLD_S = 1.5  # the world's timeout in _own_timeout
+OWN_TIMEOUT_S = 4.0  # a new_group's, longer than its world's
+WELL_LATE_S = 2.6  # how late a peer joins there: past the world's timeout and past half the group's
+RECV_LATE_S = (0.9, 1.5)  # when two messages are sent after their receives were posted
+PROMPT_S = 0.3  # how soon after its send each of those receives must complete
+
+
+def _own_timeout(ctx: CheckContext) -> None:
+    """On a world of timeout ``SHORT_WORLD_S``, a new_group given a longer one (``OWN_TIMEOUT_S``) waits that long:
+    an all_reduce whose last rank joins ``WELL_LATE_S`` late (past the world's timeout, and past the group's timeout
+    shared among its peers) gives exact data; and two receives posted together complete within ``PROMPT_S`` of
+    their messages, sent ``RECV_LATE_S`` after: a receive that polls with an uncapped back-off sees a late message
+    late (two send times, apart by less than twice the first minus ``PROMPT_S``, so a doubling back-off misses at
+    least one). Findings are shared through the store, so every rank fails alike. Not tried where the check's
+    timeout is shorter than ``OWN_TIMEOUT_S``."""
+    if ctx.timeout_s < OWN_TIMEOUT_S:
+        ctx.note(f"a group's own timeout: not tried, the check's timeout ({ctx.timeout_s} s) is under "
+                 f"{OWN_TIMEOUT_S} s")
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+    ctx.init_world(default_mode(ctx), timeout_s=SHORT_WORLD_S)
+    n, first, last = ctx.world_size, 0, ctx.world_size - 1
+    ranks = list(range(n))
+    group = dist.new_group(ranks, timeout=timedelta(seconds=OWN_TIMEOUT_S))
+    where = f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s)"
+    if n > 1:
+        raise_shared(ctx, "own-timeout/receives", _late_messages(ctx, group, where) or "", first)
+    t = torch.full((5,), float(ctx.rank + 1), device=ctx.device)
+    finding = ""
+    if ctx.rank == last:
+        time.sleep(WELL_LATE_S)
+    begun = time.monotonic()
+    try:
+        dist.all_reduce(t, group=group)
+        want = [float(n * (n + 1) // 2)] * 5
+        if mismatch(t, want, t.dtype) is not None:
+            finding = f"expected {want}, observed {t.tolist()}"
+    except RuntimeError as exc:
+        finding = f"expected {[float(n * (n + 1) // 2)] * 5}, observed after {time.monotonic() - begun:.1f} s " \
+                  f"{type(exc).__name__}: {exc}"
+    what = f"rank {ctx.rank}: all_reduce {where}, rank {last} {WELL_LATE_S} s late"
+    findings = agree(ctx, ranks, "own-timeout/late-peer", f"{what}: {finding}" if finding else "")
+    wrong = [f for f in findings if f]
+    if wrong:
+        raise CheckFailed("; ".join(wrong))
+
+
+def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str) -> str | None:
+    """Rank 0 posts two irecvs from the last rank, which sends at ``RECV_LATE_S`` after the posting (told through
+    the store, with its send times); each receive must complete, exact, within ``PROMPT_S`` of its send. Rank 0's
+    finding, else None."""
+    first, last = 0, ctx.world_size - 1
+    if ctx.rank == last:
+        ctx.store.wait(["own-timeout/posted"], timedelta(seconds=ctx.timeout_s))
+        start = time.monotonic()
+        for k, late in enumerate(RECV_LATE_S):
+            time.sleep(max(0.0, start + late - time.monotonic()))
+            post(ctx.store, f"own-timeout/sent{k}", repr(time.time()).encode())
+            dist.send(torch.full((3,), float(k + 7), device=ctx.device), first, group=group)
+        return None
+    if ctx.rank != first:
+        return None
+    bufs = [torch.zeros(3, device=ctx.device) for _ in RECV_LATE_S]
+    works = [dist.irecv(b, src=last, group=group) for b in bufs]
+    post(ctx.store, "own-timeout/posted")
+    for k, (work, buf) in enumerate(zip(works, bufs, strict=True)):
+        what = f"irecv #{k + 1} from rank {last} {where}, sent {RECV_LATE_S[k]} s after it was posted"
+        try:
+            work.wait()
+            if buf.is_cuda:
+                torch.cuda.synchronize(buf.device)
+        except RuntimeError as exc:
+            return f"rank {first}: {what}: expected its message, observed {type(exc).__name__}: {exc}"
+        done = time.time()
+        ctx.store.wait([f"own-timeout/sent{k}"], timedelta(seconds=ctx.timeout_s))
+        lag = done - float(ctx.store.get(f"own-timeout/sent{k}").decode())
+        if lag > PROMPT_S or mismatch(buf, [float(k + 7)] * 3, buf.dtype) is not None:
+            return (f"rank {first}: {what}: expected {[float(k + 7)] * 3} within {PROMPT_S} s of the send, observed "
+                    f"{buf.tolist()} {lag:.2f} s after it")
+    return None
 
 
 def _long_timeout(ctx: CheckContext) -> None:

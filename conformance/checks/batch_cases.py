@@ -36,7 +36,7 @@ TAG = 5  # where the target matches tags
 PLAN = Plan("batch", {
     "pattern": PATTERNS, "order": ORDERS, "repeat": (1, 2, 3), "dtype": DTYPES,
     "size": gc.sizes(big=False), "values": gc.VALUE_KINDS},
-    valid=lambda d: gc.values_apply(d["values"], d["dtype"]),
+    valid=lambda d: gc.values_apply(d["values"], d["dtype"], d["size"]),
     samplers={"size": gc.sample_size}, core={"dtype": (torch.float32, torch.int64)},
     pairwise=(("pattern", "order"),))
 

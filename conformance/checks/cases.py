@@ -51,15 +51,23 @@ ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
 # to NEAR_DTYPES). "small" (exact small integers, as the hand-picked cases use) is no plan's value: only what the
 # shrinker tries. So every generated case carries its dtype's extremes or whole range, or every value of a tensor
 # lies in one narrow window at a smaller type's edge (data.NARROW_WINDOWS), or the ranks hold one whole-range tensor
-# a few units in the last place apart (data.nudged), and each dtype meets each kind.
-VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow", "near")
+# a few units in the last place apart (data.nudged), or (WIDE_TAIL) a narrow tensor but for its last value and one
+# other in its second half, which take the whole range (a property of the whole tensor judged from a leading
+# sample shows), and each dtype meets each kind.
+WIDE_TAIL = "narrow, wide tail"
+VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow", "near", WIDE_TAIL)
+# sizes too small for a tensor to hold a narrow head before its wide values: WIDE_TAIL is not drawn with them
+_HEADLESS_SIZES = ("0", "1", "odd 3", "not divisible by n")
 # where values a few units apart pass a tolerance (torch.allclose's rtol 1e-5: float32's ulp is 1.2e-7, int32's
 # whole-range values are about 1e9): a shortcut that compares approximately shows there, not in 8- or 16-bit types
 NEAR_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
-def values_apply(kind: str, dtype: torch.dtype) -> bool:
-    """Whether value kind ``kind`` means something for ``dtype``: bool has one range."""
+def values_apply(kind: str, dtype: torch.dtype, size: str | None = None) -> bool:
+    """Whether value kind ``kind`` means something for ``dtype`` (bool has one range) and, where given, a tensor
+    of size label ``size`` (WIDE_TAIL needs room for a head)."""
+    if kind == WIDE_TAIL:
+        return dtype != torch.bool and size not in _HEADLESS_SIZES
     if kind == "unsigned high":
         return dtype == torch.uint8
     if kind == "near":

@@ -27,7 +27,7 @@ PLACEMENTS = ("own tensors", "views of one buffer")
 
 def _valid(d: dict[str, Any]) -> bool:
     dtypes = MIXES[d["dtype mix"]]
-    if not all(gc.values_apply(d["values"], t) for t in dtypes):
+    if not all(gc.values_apply(d["values"], t, d["size"]) for t in dtypes):
         return False
     op = d["op"] if d["kind"] != "all_gather_into_tensor" else None
     if not cc.op_matters(d) or not all(cc.applicable(op, t) for t in dtypes):

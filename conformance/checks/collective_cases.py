@@ -52,7 +52,7 @@ def op_matters(d: dict[str, Any]) -> bool:
 
 
 def _valid(d: dict[str, Any]) -> bool:
-    if not gc.values_apply(d.get("values", "extremes"), d["dtype"]):
+    if not gc.values_apply(d.get("values", "extremes"), d["dtype"], d["size"]):
         return False
     return op_matters(d) and applicable(d.get("op"), d["dtype"]) and gc.affordable(d["size"], d["dtype"], 8)
 

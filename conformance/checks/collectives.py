@@ -49,6 +49,9 @@ _ALIASES = {torch.bfloat16: ("bfloat16", "BFloat16"), torch.float16: ("float16",
             torch.uint8: ("uint8", "Byte"), torch.bool: ("bool",), torch.int64: ("int64", "Long"),
             torch.float32: ("float32", "Float"), torch.float64: ("float64", "Double")}
 LATE_S = 0.5
+# the sweep's all_reduce sizes: a few elements, and an odd count past every option value (max_ctas 16) and 32,
+# so that a data path partitioned by an option or a power of two shows its seams
+SWEEP_NUMELS = (7, 37)
 
 
 def _applicable(op: str, dtype: torch.dtype) -> bool:
@@ -332,7 +335,8 @@ def allreduce_ops(ctx: CheckContext) -> None:
     for label, group, members in sweep_groups(ctx, split_ok=mode == "eager" and "split" in ctx.target.capabilities):
         for op, dtype in (("SUM", torch.float32), ("AVG", torch.float32), ("MAX", torch.int64),
                           ("MIN", torch.int64), ("PRODUCT", torch.float64), ("SUM", torch.bfloat16)):
-            found.case(_all_reduce_case, ctx, group, members, label, op, dtype, salt=5)
+            for numel in SWEEP_NUMELS:
+                found.case(_all_reduce_case, ctx, group, members, label, op, dtype, numel=numel, salt=5)
     found.conclude()
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from conformance.checks.option_bounds import OPTIONS
 from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed, NotObservable
@@ -311,11 +312,16 @@ def sweep_groups(ctx: CheckContext, split_ok: bool = False) -> list[tuple[str, d
 
     World, the world made from a reversed rank list (sorted by torch), the world kept in reverse order
     (``UNSORTED``, where torch allows it), both halves, odd and even ranks, and a subgroup of a subgroup (the
-    ranks above 0, split from the reversed group when ``split_ok``, else a new_group noted as such). Every rank
-    creates every group, in the same order, as torch requires.
+    ranks above 0, split from the reversed group when ``split_ok``, else a new_group noted as such); where the
+    target takes options, the world given OPTIONS (a backend whose data path reads an option, as NCCL's
+    channels read max_ctas, is judged on data there). Every rank creates every group, in the same order, as
+    torch requires.
     """
     n, ranks = ctx.world_size, list(range(ctx.world_size))
     mine: list[tuple[str, dist.ProcessGroup, list[int]]] = [("world", dist.group.WORLD, ranks)]
+    if "options" in ctx.target.capabilities:
+        given = ctx.new_group(ranks, pg_options=options_part(ctx).make(**OPTIONS))
+        mine.append((f"world given options {OPTIONS}", given, ranks))
     reversed_group = ctx.new_group(ranks[::-1])
     mine.append(("reversed", reversed_group, ranks))
     unsorted = unsorted_group(ctx)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from conformance.checks.cases import stable_seed
+from conformance.checks.cases import WIDE_TAIL, stable_seed
 
 _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
 
@@ -184,6 +184,14 @@ def _randint(lo: int, hi: int, count: int, g: torch.Generator) -> torch.Tensor:
     return vals
 
 
+def wide_positions(case_seed: int, count: int) -> list[int]:
+    """Where a WIDE_TAIL tensor of ``count`` values holds whole-range values: its last element and one drawn from
+    its second half (a shortcut that samples a prefix, or the first and last elements, misses one of them)."""
+    if count == 0:
+        return []
+    return sorted({count - 1, count // 2 + stable_seed(case_seed, "wide at") % max(1, count - count // 2)})
+
+
 def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | None, n: int,
            count: int) -> torch.Tensor:
     """Rank ``rank``'s input for a case: every rank draws the same tensor for it. uint8 "unsigned high"
@@ -195,6 +203,11 @@ def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | N
     elif kind == "near":
         # a reduction's safe range for a movement too: no special value (inf) that no tolerance passes
         vals = nudged(draw("full range", dtype, op or "SUM", n, count, stable_seed(case_seed, 0)), rank)
+    elif kind == WIDE_TAIL:
+        vals = draw("narrow", dtype, op, n, count, stable_seed(case_seed, rank), narrow_window(case_seed, rank))
+        wide = draw("full range", dtype, op, n, count, stable_seed(case_seed, rank, "wide"))
+        at = wide_positions(case_seed, count)
+        vals[at] = wide[at]
     else:
         vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
     if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:

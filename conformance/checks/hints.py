@@ -18,7 +18,7 @@ from conformance.checks.common import (
     positive_control,
     refusal_words,
 )
-from conformance.checks.option_bounds import ctas_cases
+from conformance.checks.option_bounds import OPTIONS, ctas_cases
 from conformance.checks.option_trees import check_option_trees
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed, NotObservable
@@ -28,12 +28,6 @@ from conformance.torchcomms_hints import HINT_KEYS
 
 LAZY_INVALID_WAIT_S = 5.0  # the lazy world's timeout: a member that waits for a peer that refused fails soon
 
-# net_name "Socket": NCCL then considers only the net plugin of that name and fails init when it cannot
-# start it ("Failed to initialize any NET plugin", NCCL 2.30.7 src/plugin/net.cc:330-349); the Socket
-# plugin is built in (net.cc:303, src/transport/net_socket.cc:804) and works on every host, IB does not.
-OPTIONS: dict[str, Any] = {
-    "is_high_priority_stream": True, "cga_cluster_size": 4, "max_ctas": 16, "min_ctas": 2, "net_name": "Socket",
-}
 
 
 def _config(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> dict[str, Any]:

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
+
+# net_name "Socket": NCCL then considers only the net plugin of that name and fails init when it cannot
+# start it ("Failed to initialize any NET plugin", NCCL 2.30.7 src/plugin/net.cc:330-349); the Socket
+# plugin is built in (net.cc:303, src/transport/net_socket.cc:804) and works on every host, IB does not.
+OPTIONS: dict[str, Any] = {
+    "is_high_priority_stream": True, "cga_cluster_size": 4, "max_ctas": 16, "min_ctas": 2, "net_name": "Socket",
+}
 
 CTAS = (0, 1, 2)  # below, at and above the smallest valid value
 

@@ -32,7 +32,7 @@ def plan(ctx: CheckContext) -> Plan:
         "distance": ("next", "previous", "opposite"), "source": sources, "tag": TAGS,
         "layout": LAYOUTS, "out_layout": LAYOUTS, "dtype": gc.ALL_DTYPES, "size": gc.sizes(),
         "values": gc.VALUE_KINDS},
-        valid=lambda d: gc.values_apply(d["values"], d["dtype"]) and gc.affordable(d["size"], d["dtype"], 8),
+        valid=lambda d: gc.values_apply(d["values"], d["dtype"], d["size"]) and gc.affordable(d["size"], d["dtype"], 8),
         samplers={"size": gc.sample_size}, core={"dtype": CORE_DTYPES, "size": gc.sizes(big=False)},
         pairwise=cc.DTYPE_VALUES)
 
