@@ -98,6 +98,36 @@ def test_narrow_values_apply_to_every_dtype_but_bool() -> None:
     assert not gc.values_apply("unsigned high", torch.int64) and gc.values_apply("extremes", torch.bool)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.int64, torch.uint8])
+def test_wide_tail_inputs_are_narrow_but_for_the_last_value_and_one_in_the_second_half(dtype: torch.dtype) -> None:
+    for case_seed in range(12):
+        for count in (2, 17, 512, 1023):
+            at = data.wide_positions(case_seed, count)
+            assert count - 1 in at and all(count // 2 <= k < count for k in at) and len(at) <= 2
+            for rank in range(4):
+                vals = data.inputs(case_seed, rank, gc.WIDE_TAIL, dtype, "SUM", 4, count)
+                window = data.narrow_window(case_seed, rank)
+                narrow = data.draw("narrow", dtype, "SUM", 4, count, gc.stable_seed(case_seed, rank), window)
+                head = [k for k in range(count) if k not in at]
+                assert torch.equal(vals[head], narrow[head])  # the head is a narrow draw in the rank's window
+                if dtype == torch.int64:
+                    assert all(window[0] <= vals[k].item() <= window[1] for k in head)
+    # a float64 head of small integers is float32-exact; the wide values are not (a narrowing decided on a
+    # sample of the head would round them)
+    vals = data.inputs(5, 0, gc.WIDE_TAIL, torch.float64, None, 2, 512)
+    at = data.wide_positions(5, 512)
+    assert not torch.equal(vals[at].float().double(), vals[at])
+    assert data.inputs(5, 0, gc.WIDE_TAIL, torch.float64, None, 2, 0).numel() == 0
+
+
+def test_wide_tail_applies_at_a_few_kib_and_sampled_sizes_to_every_dtype_but_bool() -> None:
+    assert gc.values_apply(gc.WIDE_TAIL, torch.float64, "4KiB-1e")
+    assert gc.values_apply(gc.WIDE_TAIL, torch.int8, "~900B+1e")
+    assert not gc.values_apply(gc.WIDE_TAIL, torch.float64, "odd 3")
+    assert not gc.values_apply(gc.WIDE_TAIL, torch.float64, "64KiB+1e")
+    assert not gc.values_apply(gc.WIDE_TAIL, torch.bool, "4KiB")
+
+
 @pytest.mark.parametrize("dtype", gc.NEAR_DTYPES)
 @pytest.mark.parametrize("op", [None, "SUM", "MAX", "PRODUCT"])
 def test_near_inputs_differ_between_ranks_within_a_tolerance_and_stay_in_the_ops_range(dtype, op) -> None:

@@ -272,6 +272,12 @@ def _pending_callbacks(ctx: CheckContext) -> list[str]:
             if done_when_chained:
                 ctx.note(f"{what}: the Work was already done when the callback was chained (the call waited for "
                          "its peer): the callback ran in the caller's thread")
+            if not _done_within(chained, LATE_S + FUTURE_WAIT_S):
+                problems.append(f"rank {r}: {what}: expected it to run once the op completed, observed it had not "
+                                f"run {LATE_S + FUTURE_WAIT_S} s after it was chained (the future not done on its own)")
+                work.wait()  # the op itself, so that the ranks stay in step
+                dist.barrier()
+                continue
             ran = chained.wait()
             if (ran, seen) != ("ran", [(True, True)]):
                 problems.append(f"rank {r}: {what}: expected it to run once with grad mode on and its product with "
@@ -279,6 +285,14 @@ def _pending_callbacks(ctx: CheckContext) -> list[str]:
                                 f"{ran!r}, runs {seen} (grad mode, requires grad)")
         dist.barrier()
     return problems
+
+
+def _done_within(future: torch.futures.Future, seconds: float) -> bool:
+    """Whether ``future`` is done within ``seconds`` (polled: a future that never completes is not waited on)."""
+    deadline = time.monotonic() + seconds
+    while not future.done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return future.done()
 
 
 def _polled_completed(ctx: CheckContext, work: dist.Work) -> bool:
@@ -607,9 +621,9 @@ def agreeing_hints() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
-SHORT_WORLD_S = 1.5  # the world's timeout in _own_timeout
-OWN_TIMEOUT_S = 4.0  # a new_group's, longer than its world's
-WELL_LATE_S = 2.6  # how late a peer joins there: past the world's timeout and past half the group's
+SHORT_WORLD_S = 2.0  # the world's timeout in _own_timeout
+OWN_TIMEOUT_S = 5.0  # a new_group's, longer than its world's
+WELL_LATE_S = 3.0  # how late a peer joins there: past the world's timeout and past half the group's
 RECV_LATE_S = (0.9, 1.5)  # when two messages are sent after their receives were posted
 PROMPT_S = 0.3  # how soon after its send each of those receives must complete
 
@@ -620,7 +634,8 @@ def _own_timeout(ctx: CheckContext) -> None:
     shared among its peers) gives exact data; and two receives posted together complete within ``PROMPT_S`` of
     their messages, sent ``RECV_LATE_S`` after: a receive that polls with an uncapped back-off sees a late message
     late (two send times, apart by less than twice the first minus ``PROMPT_S``, so a doubling back-off misses at
-    least one). Findings are shared through the store, so every rank fails alike. Not tried where the check's
+    least one; a late completion is tried once more, and fails only if late in both tries: a loaded host may
+    delay one). Findings are shared through the store, so every rank fails alike. Not tried where the check's
     timeout is shorter than ``OWN_TIMEOUT_S``."""
     if ctx.timeout_s < OWN_TIMEOUT_S:
         ctx.note(f"a group's own timeout: not tried, the check's timeout ({ctx.timeout_s} s) is under "
@@ -633,8 +648,14 @@ def _own_timeout(ctx: CheckContext) -> None:
     ranks = list(range(n))
     group = dist.new_group(ranks, timeout=timedelta(seconds=OWN_TIMEOUT_S))
     where = f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s)"
-    if n > 1:
-        raise_shared(ctx, "own-timeout/receives", _late_messages(ctx, group, where) or "", first)
+    tries: list[str] = []
+    while n > 1 and len(tries) < 2:
+        finding = agree(ctx, ranks, "own-timeout/receives", _late_messages(ctx, group, where, len(tries)) or "")[first]
+        if not finding:
+            break
+        tries.append(finding)
+    if len(tries) == 2:
+        raise CheckFailed(f"in both of two tries: {tries[0]}; then {tries[1]}")
     t = torch.full((5,), float(ctx.rank + 1), device=ctx.device)
     finding = ""
     if ctx.rank == last:
@@ -655,24 +676,25 @@ def _own_timeout(ctx: CheckContext) -> None:
         raise CheckFailed("; ".join(wrong))
 
 
-def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str) -> str | None:
+def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str, attempt: int) -> str | None:
     """Rank 0 posts two irecvs from the last rank, which sends at ``RECV_LATE_S`` after the posting (told through
     the store, with its send times); each receive must complete, exact, within ``PROMPT_S`` of its send. Rank 0's
     finding, else None."""
     first, last = 0, ctx.world_size - 1
+    key = f"own-timeout/{attempt}"
     if ctx.rank == last:
-        ctx.store.wait(["own-timeout/posted"], timedelta(seconds=ctx.timeout_s))
+        ctx.store.wait([f"{key}/posted"], timedelta(seconds=ctx.timeout_s))
         start = time.monotonic()
         for k, late in enumerate(RECV_LATE_S):
             time.sleep(max(0.0, start + late - time.monotonic()))
-            post(ctx.store, f"own-timeout/sent{k}", repr(time.time()).encode())
+            post(ctx.store, f"{key}/sent{k}", repr(time.time()).encode())
             dist.send(torch.full((3,), float(k + 7), device=ctx.device), first, group=group)
         return None
     if ctx.rank != first:
         return None
     bufs = [torch.zeros(3, device=ctx.device) for _ in RECV_LATE_S]
     works = [dist.irecv(b, src=last, group=group) for b in bufs]
-    post(ctx.store, "own-timeout/posted")
+    post(ctx.store, f"{key}/posted")
     for k, (work, buf) in enumerate(zip(works, bufs, strict=True)):
         what = f"irecv #{k + 1} from rank {last} {where}, sent {RECV_LATE_S[k]} s after it was posted"
         try:
@@ -682,8 +704,8 @@ def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str) -> s
         except RuntimeError as exc:
             return f"rank {first}: {what}: expected its message, observed {type(exc).__name__}: {exc}"
         done = time.time()
-        ctx.store.wait([f"own-timeout/sent{k}"], timedelta(seconds=ctx.timeout_s))
-        lag = done - float(ctx.store.get(f"own-timeout/sent{k}").decode())
+        ctx.store.wait([f"{key}/sent{k}"], timedelta(seconds=ctx.timeout_s))
+        lag = done - float(ctx.store.get(f"{key}/sent{k}").decode())
         if lag > PROMPT_S or mismatch(buf, [float(k + 7)] * 3, buf.dtype) is not None:
             return (f"rank {first}: {what}: expected {[float(k + 7)] * 3} within {PROMPT_S} s of the send, observed "
                     f"{buf.tolist()} {lag:.2f} s after it")

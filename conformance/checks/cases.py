@@ -56,8 +56,9 @@ ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
 # sample shows), and each dtype meets each kind.
 WIDE_TAIL = "narrow, wide tail"
 VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow", "near", WIDE_TAIL)
-# sizes too small for a tensor to hold a narrow head before its wide values: WIDE_TAIL is not drawn with them
-_HEADLESS_SIZES = ("0", "1", "odd 3", "not divisible by n")
+# the boundary sizes WIDE_TAIL is drawn with (and any sampled one): a head of hundreds of values, past any sample a
+# shortcut would take, at a few KiB (the larger sizes meet the other kinds)
+_WIDE_TAIL_SIZES = ("4KiB-1e", "4KiB")
 # where values a few units apart pass a tolerance (torch.allclose's rtol 1e-5: float32's ulp is 1.2e-7, int32's
 # whole-range values are about 1e9): a shortcut that compares approximately shows there, not in 8- or 16-bit types
 NEAR_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
@@ -67,7 +68,7 @@ def values_apply(kind: str, dtype: torch.dtype, size: str | None = None) -> bool
     """Whether value kind ``kind`` means something for ``dtype`` (bool has one range) and, where given, a tensor
     of size label ``size`` (WIDE_TAIL needs room for a head)."""
     if kind == WIDE_TAIL:
-        return dtype != torch.bool and size not in _HEADLESS_SIZES
+        return dtype != torch.bool and (size is None or size in _WIDE_TAIL_SIZES or size.startswith("~"))
     if kind == "unsigned high":
         return dtype == torch.uint8
     if kind == "near":

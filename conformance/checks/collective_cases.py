@@ -75,10 +75,11 @@ def _plan(name: str, big: bool, pairwise: tuple[tuple[Any, ...], ...] = DTYPE_VA
 
 
 ALL_OPS = tuple(ref.REDUCE_OPS)
-# all_reduce: every op with every dtype (each case carries extremes or the whole range: a narrow accumulator
-# shows in SUM, a signedness bug in MIN/MAX) and every dtype with every value kind
-ALL_REDUCE = _plan("all_reduce", True, (("op", "dtype"), *DTYPE_VALUES, ("op", "size", gc.TINY)), op=ALL_OPS,
-                   layout=gc.CONTIGUOUS_LAYOUTS)
+# all_reduce: every op with every dtype over the dtype's whole range (a narrow accumulator shows in SUM, a
+# signedness bug in MIN/MAX: not left to whichever value kind the packing hands the pair, which may be a narrow one)
+# and every dtype with every value kind
+ALL_REDUCE = _plan("all_reduce", True, ((("op", "dtype"), "values", ("full range",)), *DTYPE_VALUES,
+                                        ("op", "size", gc.TINY)), op=ALL_OPS, layout=gc.CONTIGUOUS_LAYOUTS)
 # each kind with every layout of its input and its output, and every dtype with every value kind
 GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES,
                                                 *KIND_VALUES, ("kind", "size", gc.TINY)),
