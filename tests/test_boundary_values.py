@@ -33,6 +33,9 @@ def test_agreeing_hints_say_what_their_field_says() -> None:
 def test_own_timeout_timings_separate_a_correct_backend_from_the_classes_it_is_for() -> None:
     assert api.SHORT_WORLD_S < api.WELL_LATE_S < api.OWN_TIMEOUT_S  # past the world's timeout, inside the group's
     assert api.WELL_LATE_S > api.OWN_TIMEOUT_S / 2  # past the group's timeout shared among two peers
+    # the first rank joins the all_reduce once both messages came (at most PROMPT_S after the second's send) and
+    # still waits past the world's timeout for the last rank
+    assert api.WELL_LATE_S - api.RECV_LATE_S[1] - api.PROMPT_S > api.SHORT_WORLD_S
     first, second = api.RECV_LATE_S
     # a poll interval that doubles cannot see both messages within PROMPT_S: a poll p in [first, first + PROMPT_S)
     # is followed by one at 2p or later, which is at or past second + PROMPT_S; and one gap holding both sends

@@ -623,20 +623,23 @@ def agreeing_hints() -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 SHORT_WORLD_S = 2.0  # the world's timeout in _own_timeout
 OWN_TIMEOUT_S = 5.0  # a new_group's, longer than its world's
-WELL_LATE_S = 3.0  # how late a peer joins there: past the world's timeout and past half the group's
-RECV_LATE_S = (0.9, 1.5)  # when two messages are sent after their receives were posted
-PROMPT_S = 0.3  # how soon after its send each of those receives must complete
+WELL_LATE_S = 3.3  # how late the last rank joins an all_reduce there: past the world's timeout, and its first
+# rank, which receives first, still waits past the world's timeout for it
+RECV_LATE_S = (0.6, 0.85)  # when two messages are sent after their receives were posted
+PROMPT_S = 0.2  # how soon after its send each of those receives must complete
 
 
 def _own_timeout(ctx: CheckContext) -> None:
-    """On a world of timeout ``SHORT_WORLD_S``, a new_group given a longer one (``OWN_TIMEOUT_S``) waits that long:
-    an all_reduce whose last rank joins ``WELL_LATE_S`` late (past the world's timeout, and past the group's timeout
-    shared among its peers) gives exact data; and two receives posted together complete within ``PROMPT_S`` of
-    their messages, sent ``RECV_LATE_S`` after: a receive that polls with an uncapped back-off sees a late message
-    late (two send times, apart by less than twice the first minus ``PROMPT_S``, so a doubling back-off misses at
-    least one; a late completion is tried once more, and fails only if late in both tries: a loaded host may
-    delay one). Findings are shared through the store, so every rank fails alike. Not tried where the check's
-    timeout is shorter than ``OWN_TIMEOUT_S``."""
+    """On a world of timeout ``SHORT_WORLD_S``, a new_group given a longer one (``OWN_TIMEOUT_S``) waits by it. In one
+    window: the first rank posts two irecvs from the last, whose messages are sent ``RECV_LATE_S`` after, and each
+    must complete within ``PROMPT_S`` of its send (a receive that polls with an uncapped back-off sees a late message
+    late: the two send times are apart by less than twice the first minus ``PROMPT_S`` and by more than
+    ``PROMPT_S``, so a doubling back-off misses at least one); then every rank runs an all_reduce that the last
+    rank joins ``WELL_LATE_S`` after the window opened (past the world's timeout on every waiting rank, and past
+    the group's timeout shared among its peers on the ranks that wait from the start) and must get exact data. A
+    late receive is tried once more, alone, and fails only if late in both tries (a loaded host may delay one).
+    Findings are shared through the store, so every rank fails alike. Not tried where the check's timeout is
+    shorter than ``OWN_TIMEOUT_S``."""
     if ctx.timeout_s < OWN_TIMEOUT_S:
         ctx.note(f"a group's own timeout: not tried, the check's timeout ({ctx.timeout_s} s) is under "
                  f"{OWN_TIMEOUT_S} s")
@@ -648,38 +651,34 @@ def _own_timeout(ctx: CheckContext) -> None:
     ranks = list(range(n))
     group = dist.new_group(ranks, timeout=timedelta(seconds=OWN_TIMEOUT_S))
     where = f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s)"
-    tries: list[str] = []
-    while n > 1 and len(tries) < 2:
-        finding = agree(ctx, ranks, "own-timeout/receives", _late_messages(ctx, group, where, len(tries)) or "")[first]
-        if not finding:
-            break
-        tries.append(finding)
-    if len(tries) == 2:
-        raise CheckFailed(f"in both of two tries: {tries[0]}; then {tries[1]}")
+    agree(ctx, ranks, "own-timeout/start", "")
+    received = _late_messages(ctx, group, where, 0, then_late=WELL_LATE_S) if n > 1 else None
     t = torch.full((5,), float(ctx.rank + 1), device=ctx.device)
+    want = [float(n * (n + 1) // 2)] * 5
     finding = ""
-    if ctx.rank == last:
-        time.sleep(WELL_LATE_S)
     begun = time.monotonic()
     try:
         dist.all_reduce(t, group=group)
-        want = [float(n * (n + 1) // 2)] * 5
         if mismatch(t, want, t.dtype) is not None:
             finding = f"expected {want}, observed {t.tolist()}"
     except RuntimeError as exc:
-        finding = f"expected {[float(n * (n + 1) // 2)] * 5}, observed after {time.monotonic() - begun:.1f} s " \
-                  f"{type(exc).__name__}: {exc}"
+        finding = f"expected {want}, observed after {time.monotonic() - begun:.1f} s {type(exc).__name__}: {exc}"
     what = f"rank {ctx.rank}: all_reduce {where}, rank {last} {WELL_LATE_S} s late"
-    findings = agree(ctx, ranks, "own-timeout/late-peer", f"{what}: {finding}" if finding else "")
-    wrong = [f for f in findings if f]
+    wrong = [f for f in agree(ctx, ranks, "own-timeout/late-peer", f"{what}: {finding}" if finding else "") if f]
     if wrong:
         raise CheckFailed("; ".join(wrong))
+    first_try = agree(ctx, ranks, "own-timeout/receives", received or "")[first]
+    if first_try:
+        again = agree(ctx, ranks, "own-timeout/receives", _late_messages(ctx, group, where, 1) or "")[first]
+        if again:
+            raise CheckFailed(f"in both of two tries: {first_try}; then {again}")
 
 
-def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str, attempt: int) -> str | None:
+def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str, attempt: int,
+                   then_late: float = 0.0) -> str | None:
     """Rank 0 posts two irecvs from the last rank, which sends at ``RECV_LATE_S`` after the posting (told through
-    the store, with its send times); each receive must complete, exact, within ``PROMPT_S`` of its send. Rank 0's
-    finding, else None."""
+    the store, with its send times) and then sleeps until ``then_late`` after it; each receive must complete,
+    exact, within ``PROMPT_S`` of its send. Rank 0's finding, else None."""
     first, last = 0, ctx.world_size - 1
     key = f"own-timeout/{attempt}"
     if ctx.rank == last:
@@ -689,6 +688,7 @@ def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str, atte
             time.sleep(max(0.0, start + late - time.monotonic()))
             post(ctx.store, f"{key}/sent{k}", repr(time.time()).encode())
             dist.send(torch.full((3,), float(k + 7), device=ctx.device), first, group=group)
+        time.sleep(max(0.0, start + then_late - time.monotonic()))
         return None
     if ctx.rank != first:
         return None
