@@ -207,7 +207,8 @@ def _work_step(ctx: CheckContext, what: str, step: str, work: dist.Work, held: t
         ctx.expect_equal(f"{what}: work.wait(timeout)", True, work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
         return
     if step == "poll":
-        ctx.expect_equal(f"{what}: work.is_completed()", True, _polled_completed(ctx, work))
+        ctx.expect_equal(f"{what}: work.is_completed()", True,
+                         _true_within(work.is_completed, min(ctx.timeout_s, UNWAITED_POLL_S)))
         return
     if step == "then":
         seen: list[Any] = []
@@ -272,35 +273,26 @@ def _pending_callbacks(ctx: CheckContext) -> list[str]:
             if done_when_chained:
                 ctx.note(f"{what}: the Work was already done when the callback was chained (the call waited for "
                          "its peer): the callback ran in the caller's thread")
-            if not _done_within(chained, LATE_S + FUTURE_WAIT_S):
+            if not _true_within(chained.done, LATE_S + FUTURE_WAIT_S):
                 problems.append(f"rank {r}: {what}: expected it to run once the op completed, observed it had not "
                                 f"run {LATE_S + FUTURE_WAIT_S} s after it was chained (the future not done on its own)")
                 work.wait()  # the op itself, so that the ranks stay in step
-                dist.barrier()
-                continue
-            ran = chained.wait()
-            if (ran, seen) != ("ran", [(True, True)]):
-                problems.append(f"rank {r}: {what}: expected it to run once with grad mode on and its product with "
-                                f"a tensor that requires grad requiring grad, [(True, True)]; observed result "
-                                f"{ran!r}, runs {seen} (grad mode, requires grad)")
+            else:
+                ran = chained.wait()
+                if (ran, seen) != ("ran", [(True, True)]):
+                    problems.append(f"rank {r}: {what}: expected it to run once with grad mode on and its product "
+                                    f"with a tensor that requires grad requiring grad, [(True, True)]; observed result "
+                                    f"{ran!r}, runs {seen} (grad mode, requires grad)")
         dist.barrier()
     return problems
 
 
-def _done_within(future: torch.futures.Future, seconds: float) -> bool:
-    """Whether ``future`` is done within ``seconds`` (polled: a future that never completes is not waited on)."""
+def _true_within(condition: Callable[[], bool], seconds: float) -> bool:
+    """Whether ``condition()`` holds within ``seconds`` (polled: what never happens is not waited on for good)."""
     deadline = time.monotonic() + seconds
-    while not future.done() and time.monotonic() < deadline:
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.005)
-    return future.done()
-
-
-def _polled_completed(ctx: CheckContext, work: dist.Work) -> bool:
-    """work.is_completed(), polled until True or for at most ``UNWAITED_POLL_S`` (within the check's timeout)."""
-    deadline = time.monotonic() + min(ctx.timeout_s, UNWAITED_POLL_S)
-    while not work.is_completed() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    return work.is_completed()
+    return condition()
 
 
 def _completes_unwaited(ctx: CheckContext) -> None:
@@ -313,8 +305,9 @@ def _completes_unwaited(ctx: CheckContext) -> None:
     want = [float(n * (n + 1) // 2)] * 3
     t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
     work = dist.all_reduce(t, async_op=True)
-    ctx.expect_equal(f"async all_reduce, never waited: work.is_completed() within "
-                     f"{min(ctx.timeout_s, UNWAITED_POLL_S)} s", True, _polled_completed(ctx, work))
+    poll_s = min(ctx.timeout_s, UNWAITED_POLL_S)
+    ctx.expect_equal(f"async all_reduce, never waited: work.is_completed() within {poll_s} s", True,
+                     _true_within(work.is_completed, poll_s))
     expect_exact(ctx, t, want, "async all_reduce, never waited: the output once is_completed() is True")
     work.wait()
     t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
@@ -336,9 +329,7 @@ def _barrier_future(ctx: CheckContext) -> None:
     chained = future.then(lambda f: seen.append(1) or "ran")
     ctx.expect_equal(f"barrier: work.wait(timeout={ctx.timeout_s} s)", True,
                      work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
-    deadline = time.monotonic() + FUTURE_WAIT_S
-    while not (future.done() and chained.done()) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _true_within(lambda: future.done() and chained.done(), FUTURE_WAIT_S)
     ctx.expect_equal(f"barrier: get_future().done() within {FUTURE_WAIT_S} s of wait() returning", True,
                      future.done())
     ctx.expect_equal("barrier: a callback chained with get_future().then() done", True, chained.done())
@@ -581,7 +572,8 @@ def _option_edges(ctx: CheckContext) -> None:
             raise CheckFailed(f"rank {ctx.rank}: new_group with options {fields}: expected acceptance, "
                               f"observed {type(exc).__name__}: {exc}") from None
         expect_allreduce_members(ctx, edged, list(range(n)), f"new_group with options {fields}")
-        expect_options(ctx, edged, f"new_group with options {fields}", effective)
+        if effective:  # a hint edge alone: accepted is the point (its effective form is the stack's)
+            expect_options(ctx, edged, f"new_group with options {fields}", effective)
 
 
 # minCTAs <= maxCTAs pairs whose decimal text orders the other way ('4' > '16'): valid, as numbers

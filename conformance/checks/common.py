@@ -62,10 +62,14 @@ def config_part(ctx: CheckContext) -> ConfigPart:
     return _part(ctx, "config", "observe:config")
 
 
+def ranked_values(rank: int, n: int = 8, salt: int = 0) -> list[float]:
+    """The values of ``ranked_tensor`` on rank ``rank``: what a peer expects from it."""
+    return [float(i + 100 * (rank + 1) + 1000 * salt) for i in range(n)]
+
+
 def ranked_tensor(ctx: CheckContext, n: int = 8, dtype: torch.dtype = torch.float32, salt: int = 0) -> torch.Tensor:
-    """A tensor whose values identify this rank (and ``salt``)."""
-    base = torch.arange(n, dtype=torch.float64) + 100 * (ctx.rank + 1) + 1000 * salt
-    return base.to(dtype).to(ctx.device)
+    """A tensor whose values identify this rank (and ``salt``): ``ranked_values``."""
+    return torch.tensor(ranked_values(ctx.rank, n, salt), dtype=torch.float64).to(dtype).to(ctx.device)
 
 
 def expect_allreduce_members(ctx: CheckContext, group: dist.ProcessGroup, members: list[int], what: str) -> None:

@@ -29,7 +29,6 @@ from conformance.torchcomms_hints import HINT_KEYS
 LAZY_INVALID_WAIT_S = 5.0  # the lazy world's timeout: a member that waits for a peer that refused fails soon
 
 
-
 def _config(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> dict[str, Any]:
     config = config_part(ctx).effective(group, ctx.probe)
     if config is None:

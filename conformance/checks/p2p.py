@@ -35,6 +35,7 @@ from conformance.checks.common import (
     positive_control,
     post,
     ranked_tensor,
+    ranked_values,
     refusal_words,
     require_fields,
     sweep_groups,
@@ -61,7 +62,7 @@ def _exchange(ctx: CheckContext, pairs: list[tuple[int, int]], salt: int,
     for work in works:
         work.wait()
     for src, buf in inbox:
-        expected = [float(i + 100 * (src + 1) + 1000 * salt) for i in range(8)]  # what ranked_tensor made there
+        expected = ranked_values(src, salt=salt)
         bad = ref.mismatch(buf, expected, buf.dtype)
         ctx.expect(bad is None, f"data received from rank {src} (salt {salt})", expected, bad)
 
@@ -222,7 +223,7 @@ def _around_first_collective(ctx: CheckContext) -> None:
     elif ctx.rank == 1:
         got = torch.zeros(8, device=ctx.device)
         dist.recv(got, 0, group=group)
-        expected = [float(i + 100 + 1000 * 22) for i in range(8)]  # what ranked_tensor makes on rank 0
+        expected = ranked_values(0, salt=22)
         bad = ref.mismatch(got, expected, got.dtype)
         if bad is not None:
             failure = (f"rank 1: a new lazy group's message from rank 0 after the group's first collective (the "
