@@ -4,7 +4,8 @@ supervisor of that rank's checks.
 Each check runs in a one-rank ``RankPool`` child that joins the job's store as job rank RANK, so a crash, hang
 or raise costs that check only; rank 0 gathers the ranks' outcomes through the store and reports
 (ARCHITECTURE.md, "One case", step 4). It cannot see a peer's crash other than through that peer's outcome:
-a rank whose peer crashed fails or waits out the check's timeout on its own.
+a rank whose peer crashed fails or waits out the check's timeout on its own. Every rank starts each check
+together, through the store, so that wait is not charged to the next check.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def run_requirements(requirements: list[Requirement], target_name: str, target_o
                 if rank == 0:
                     results.append(case_result(req, target_name, world_size, *decided, 0.0))
                 continue
+            # every rank starts the check together: a rank that waited out its previous check's timeout
+            # (its peer crashed) must not spend its peers' timeout on this one
+            shared = dist.PrefixStore(f"conformance/attempt{attempt}/check{i}/", store)
+            shared.set(f"started/{rank}", "1")
+            shared.wait([f"started/{r}" for r in range(world_size)])
             # as runner/orchestrate.run_case: checks a target names get a child of their own
             isolated = target.isolates(req)
             pool = pools.fresh(1, start_method) if isolated else pools.get(1, start_method)
@@ -85,12 +91,11 @@ def run_requirements(requirements: list[Requirement], target_name: str, target_o
             # the pool's one rank (0) is this job rank, also in the heading of a crash's stacks (pool._fatal_stack)
             stacks = report.traceback.replace("stacks of rank 0 (pid", f"stacks of rank {rank} (pid", 1)
             mine = rank_outcome(replace(report, rank=rank, traceback=stacks))
-            prefix = dist.PrefixStore(f"conformance/check{i}/", store)
-            prefix.set(f"outcome/{rank}", json.dumps(mine.to_json()))  # RankOutcome's wire form: data, never pickle
+            shared.set(f"outcome/{rank}", json.dumps(mine.to_json()))  # RankOutcome's wire form: data, never pickle
             if rank == 0:
                 keys = [f"outcome/{r}" for r in range(world_size)]
-                prefix.wait(keys)
-                ranks = [RankOutcome.from_json(json.loads(prefix.get(k))) for k in keys]
+                shared.wait(keys)
+                ranks = [RankOutcome.from_json(json.loads(shared.get(k))) for k in keys]
                 results.append(case_result(req, target_name, world_size, *aggregate(ranks),
                                            max(r.duration_s or 0.0 for r in ranks), ranks))
     finally:

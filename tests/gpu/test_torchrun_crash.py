@@ -33,6 +33,8 @@ def test_a_crashing_check_costs_that_check_only(tmp_path: Path) -> None:
     assert {k: r["outcome"] for k, r in results.items()} == {
         "COLL-ROOTED": "pass", "COLL-BARRIER-BLOCKS": "error", "COLL-ALLTOALL-UNEVEN": "pass"}
     assert "rank 1 crashed: killed by signal SIGSEGV" in results["COLL-BARRIER-BLOCKS"]["detail"]
+    # the check after the crash starts on every rank together: rank 1 did not wait out rank 0's 20 s in it
+    assert results["COLL-ALLTOALL-UNEVEN"]["duration_s"] < 15, results["COLL-ALLTOALL-UNEVEN"]["duration_s"]
     crashed = next(r for r in results["COLL-BARRIER-BLOCKS"]["ranks"] if r["rank"] == 1)
     assert crashed["status"] == "crashed" and crashed["exitcode"] == -11
     # the Python stack faulthandler wrote at the crash, headed with the job's rank

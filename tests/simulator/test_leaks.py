@@ -122,4 +122,4 @@ def test_torchrun_rank_outcomes_travel_as_json(monkeypatch) -> None:
     req = next(r for r in load_catalog() if r.id == "SPLIT-MEMBERSHIP")
     (result,) = inprocess.run_requirements([req], "sim", None, 5.0)
     assert result.outcome == "pass" and result.notes == ["n"]
-    assert json.loads(dist.PrefixStore("conformance/check0/", store).get("outcome/0")) == value
+    assert json.loads(dist.PrefixStore("conformance/attempt0/check0/", store).get("outcome/0")) == value
