@@ -151,8 +151,9 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._comm.split_count if self._comm else 0
 
     def effective_config(self) -> dict[str, Any]:
-        """The config the group's communicator has (or will get at its lazy creation)."""
-        return self._comm.config if self._comm is not None else self._config
+        """The config the group's communicator has (or will get at its lazy creation): a copy, which the caller may
+        edit without changing the group's (docs/vendor-guide.md, ``conformance_effective_config``)."""
+        return dict(self._comm.config if self._comm is not None else self._config)
 
     def creation_binding(self, bound: Any) -> Any:
         """The device the group is bound to when created: the one torch bound it to (``device_id=``), if any."""

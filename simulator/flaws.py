@@ -74,7 +74,9 @@ class OptionsAliased:
         return self._options if opts is None or opts == self._options else super()._child_options(opts)
 
     def _child_config(self: Group, options: SimOptions, opts: Any) -> dict[str, Any]:
-        return self.effective_config() if options is self._options else super()._child_config(options, opts)
+        if options is not self._options:
+            return super()._child_config(options, opts)
+        return self._comm.config if self._comm is not None else self._config  # the parent's own dict, not a copy
 
 
 class SplitUnboundAllowed:

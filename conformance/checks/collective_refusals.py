@@ -257,13 +257,13 @@ def _bad_args_case(ctx: CheckContext, case: Case) -> None:
                  ((op, f"rank {bad}", "connection closed"),), GROUP_WAIT_S)
 
 
-def _by_group_rank(ctx: CheckContext, op: str, root: int, group: dist.ProcessGroup) -> Callable[[], Any]:
-    """``op`` on ``group`` (every rank, so group rank = global rank) with its root named by group rank
-    (group_src / group_dst, which torch passes to the backend as opts.rootRank unchecked: v2.13.0
-    distributed_c10d.py:1256, :3134, :3390, :4658, :4776); only the root passes a tensor list. Returns the
-    call's Work."""
+def _by_group_rank(ctx: CheckContext, op: str, root: int, group: dist.ProcessGroup, size: int) -> Callable[[], Any]:
+    """``op`` on ``group`` (of ``size`` members) with its root named by group rank (group_src / group_dst, which
+    torch passes to the backend as opts.rootRank unchecked: v2.13.0 distributed_c10d.py:1256, :3134, :3390, :4658,
+    :4776); only the root passes a tensor list. Returns the call's Work."""
     mine = torch.full((2,), float(ctx.rank + 1), device=ctx.device)
-    lists = [torch.zeros(2, device=ctx.device) for _ in range(ctx.world_size)] if ctx.rank == root else None
+    is_root = dist.get_group_rank(group, ctx.rank) == root
+    lists = [torch.zeros(2, device=ctx.device) for _ in range(size)] if is_root else None
     if op == "broadcast":
         return lambda: dist.broadcast(mine, group=group, group_src=root, async_op=True)
     if op == "reduce":
@@ -273,39 +273,96 @@ def _by_group_rank(ctx: CheckContext, op: str, root: int, group: dist.ProcessGro
     return lambda: dist.scatter(mine, lists, group=group, group_src=root, async_op=True)
 
 
-def _root_outside(ctx: CheckContext, op: str, root: int) -> None:
-    """Every rank calls ``op`` with a root outside the group (the same on every rank): each is refused naming the
-    root, as NCCL's argument check does ('Broadcast : invalid root 4 (root should be in the 0..3 range)', NCCL
-    src/enqueue.cc ArgsCheck) and c10d's assertRootRank in ProcessGroupGloo ('invalid root rank: 4'), or times
-    out naming it. First the same op from root 0 on the same group must run; a target that declines the op
-    there (naming it unsupported) is not judged on it, and that is noted."""
-    group = _fresh_group(ctx, GROUP_WAIT_S)
+def subgroup_ranks(n: int) -> list[int]:
+    """The world's last half (rank 1 alone at world size 2): a group smaller than the world whose group ranks are
+    not its members' global ranks, so an index checked against the world's size, or read as a global rank, is
+    wrongly in range there."""
+    return list(range(n // 2, n))
+
+
+def _member_group(ctx: CheckContext, members: list[int]) -> dist.ProcessGroup | None:
+    """A fresh group of ``members`` (every rank takes part in making it) with the short timeout; None here when
+    this rank is not a member."""
+    dist.barrier()
+    group = ctx.new_group(members, timeout_s=GROUP_WAIT_S)
+    return group if ctx.rank in members else None
+
+
+def _root_outside(ctx: CheckContext, op: str, root: int, members: list[int]) -> None:
+    """Every member calls ``op`` with a root outside the group of ``members`` (the same on every member): each is
+    refused naming the root, as NCCL's argument check does ('Broadcast : invalid root 4 (root should be in the
+    0..3 range)', NCCL src/enqueue.cc ArgsCheck) and c10d's assertRootRank in ProcessGroupGloo ('invalid root
+    rank: 4', against the group's size), or times out naming it. First the same op from root 0 on the same group
+    must run; a target that declines the op there (naming it unsupported) is not judged on it, and that is
+    noted."""
+    group = _member_group(ctx, members)
+    if group is None:
+        return
+    size = len(members)
     try:
-        finish_work(ctx, op, _by_group_rank(ctx, op, 0, group)())
+        finish_work(ctx, op, _by_group_rank(ctx, op, 0, group, size)())
     except Exception as exc:  # noqa: BLE001 - a declined op is noted, any other error is a finding
         if any(word in str(exc) for word in UNSUPPORTED):
             ctx.note(f"{op} with a root outside the group: not judged, the target declines {op} ({exc})")
             return
         raise CheckFailed(f"rank {ctx.rank}: {op} from root 0 (before the root outside): {type(exc).__name__}: "
                           f"{exc}") from None
-    what = f"{op} with root {root} named by group rank on a group of {ctx.world_size}"
-    expect_raises(ctx, what, lambda: finish_work(ctx, op, _by_group_rank(ctx, op, root, group)()),
+    what = f"{op} with root {root} named by group rank on a group of {size} (ranks {members} of {ctx.world_size})"
+    expect_raises(ctx, what, lambda: finish_work(ctx, op, _by_group_rank(ctx, op, root, group, size)()),
                   contains=(("root",), str(root)), timeout_contains=(("root",), str(root)))
+
+
+def _world_sized_on_subgroup(ctx: CheckContext, op: str, members: list[int]) -> None:
+    """Every member of the group of ``members`` calls ``op`` with one output (all_gather) or one split size
+    (all_to_all_single) per rank of the world, not of the group: refused naming the group's size or the count
+    given, as gloo does against the group (ProcessGroupGloo::allgather's list length, c10d checkSplitSizes). First
+    the same op with one per member must give exact data on that group."""
+    group = _member_group(ctx, members)
+    if group is None:
+        return
+    size, n, me = len(members), ctx.world_size, dist.get_group_rank(group, ctx.rank)
+    if op == "all_gather":
+        outs, inp = _gather_lists(ctx, size)
+        dist.all_gather(outs, inp, group=group)
+        ctx.expect_equal(f"all_gather with one output per member of ranks {members}",
+                         [[float(m)] * 3 for m in members], [o.tolist() for o in outs])
+        wrong, _ = _gather_lists(ctx, n)
+        expect_raises(ctx, f"all_gather with {n} outputs (one per world rank) on a group of {size}",
+                      lambda: dist.all_gather(wrong, inp, group=group),
+                      contains=(("output", "tensor list"), str(size), str(n)))
+        return
+    inp = torch.arange(n, dtype=torch.float32, device=ctx.device) + 100 * ctx.rank
+    out = torch.full((n,), -1.0, device=ctx.device)
+    dist.all_to_all_single(out[:size], inp[:size], [1] * size, [1] * size, group=group)
+    ctx.expect_equal(f"all_to_all_single with one row per member of ranks {members}",
+                     [float(100 * m + me) for m in members], out[:size].tolist())
+    expect_raises(ctx, f"all_to_all_single with {n} split sizes (one per world rank) on a group of {size}",
+                  lambda: dist.all_to_all_single(out, inp, [1] * n, [1] * n, group=group),
+                  contains=(("split",), ("group size", str(size))))
 
 
 @check("COLL-BAD-ARGS-REFUSED")
 def bad_args_refused(ctx: CheckContext) -> None:
     """Wrong arguments are refused naming them; peers of the one rank that passed them never return; a root
-    outside the group is refused naming it."""
+    outside the group is refused naming it, also on a subgroup where it is a rank of the world; so are
+    world-sized output lists and split sizes on a subgroup."""
     ctx.init_world(default_mode(ctx))
     _control_all_gather(ctx)
     _control_all_to_all(ctx)
     found = Findings(ctx)
     for case in bad_args_plan(ctx.world_size).cases(ctx.generation, ctx.world_size):
         found.case(_bad_args_case, ctx, case)
+    world = list(range(ctx.world_size))
     for root in (ctx.world_size, ctx.world_size + 1, 2**31 - 1, -1):  # each side's edge, and past it
         for op in ROOTED:
-            found.case(_root_outside, ctx, op, root)
+            found.case(_root_outside, ctx, op, root, world)
+    # arguments right for the world, wrong for a smaller group: a bound taken from the world, not the group
+    members = subgroup_ranks(ctx.world_size)
+    for root in range(len(members), ctx.world_size):
+        for op in ROOTED:
+            found.case(_root_outside, ctx, op, root, members)
+    for op in ("all_gather", "all_to_all_single"):
+        found.case(_world_sized_on_subgroup, ctx, op, members)
     dist.barrier()
     found.conclude()
 

@@ -62,6 +62,33 @@ def config_part(ctx: CheckContext) -> ConfigPart:
     return _part(ctx, "config", "observe:config")
 
 
+_EDITED = "<edited by the suite>"
+
+
+def effective_config(ctx: CheckContext, group: Any, what: str) -> dict[str, Any] | None:
+    """The effective config of ``group`` as the target reports it, shown to be a snapshot: the dict the target
+    returned is edited (each entry replaced, one added) and read again, which must give what the first read gave.
+    A report that is the group's live state would change under a check that compares an earlier reading with a
+    later one, and would let whoever edits it change the group's config. Nested values are not edited."""
+    part = config_part(ctx)
+    config = part.effective(group, ctx.probe)
+    if not isinstance(config, dict):
+        return config
+    kept = dict(config)
+    try:
+        for key in list(config):
+            config[key] = _EDITED
+        config[_EDITED] = _EDITED
+    except TypeError:  # a read-only mapping is a snapshot as far as editing goes
+        return kept
+    again = part.effective(group, ctx.probe)
+    if again != kept:
+        raise CheckFailed(f"rank {ctx.rank}: {what}: the effective config changed when the suite edited the dict "
+                          f"the target had returned for it (its live state, not a copy): first read {kept}, read "
+                          f"after the edit {again}")
+    return kept
+
+
 def ranked_values(rank: int, n: int = 8, salt: int = 0) -> list[float]:
     """The values of ``ranked_tensor`` on rank ``rank``: what a peer expects from it."""
     return [float(i + 100 * (rank + 1) + 1000 * salt) for i in range(n)]

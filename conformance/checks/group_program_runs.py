@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import config_part, new_comms, options_part
+from conformance.checks.common import effective_config, new_comms, options_part
 from conformance.checks.generated import agree
 from conformance.checks.group_programs import (
     DEFAULTS,
@@ -116,8 +116,9 @@ class _Run:
     def _judge_group_config(self, step: GroupStep | str, layer: int) -> None:
         mine = self.layers[layer]
         if mine is not None and layer not in self.unjudged:
-            config = config_part(self.ctx).effective(mine.handle, self.ctx.probe)
-            self._judge_config(step, f"effective config of its group {mine.members} (layer {layer})", config,
+            what = f"effective config of its group {mine.members} (layer {layer})"
+            config = effective_config(self.ctx, mine.handle, what)
+            self._judge_config(step, what, config,
                                self.sets[layer][mine.index])
 
     # -- starting ----------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ class _Run:
         if again:  # the first collective made the group's communicator (just judged): the second keeps it
             self._fail(start, f"communicators the second collective of that group made: expected none (its first "
                        f"made one), observed {_shown(again)}")
-        config = config_part(ctx).effective(plain, ctx.probe)
+        config = effective_config(ctx, plain, "the effective config of a group of every rank after its first op")
         if not isinstance(config, dict):
             raise NotObservable(f"target {ctx.target.name} shows no effective config for a group after its first "
                                 "collective")

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from conformance.checks import warned
 from conformance.checks.common import (
     config_part,
+    effective_config,
     expect_allreduce_members,
     expect_raises,
     new_comms,
@@ -30,7 +31,7 @@ LAZY_INVALID_WAIT_S = 5.0  # the lazy world's timeout: a member that waits for a
 
 
 def _config(ctx: CheckContext, group: dist.ProcessGroup, what: str) -> dict[str, Any]:
-    config = config_part(ctx).effective(group, ctx.probe)
+    config = effective_config(ctx, group, what)
     if config is None:
         raise NotObservable(f"target {ctx.target.name} shows no communicator config for the group ({what})")
     return config
@@ -216,7 +217,9 @@ def _expect_config_before_comm(ctx: CheckContext, group: dist.ProcessGroup, what
     watched = observing("comm_created") in ctx.target.capabilities
     since = ctx.probe.mark() if watched else 0
     try:
-        config = config_part(ctx).effective(group, ctx.probe)
+        config = effective_config(ctx, group, what)
+    except CheckFailed:
+        raise
     except Exception as exc:  # noqa: BLE001 - any error reading the config of a group without a communicator
         raise CheckFailed(f"rank {ctx.rank}: {what}: reading the effective config before its first collective "
                           f"raised {type(exc).__name__}: {exc}") from None

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from conformance.checks.common import Findings, config_part, options_part
+from conformance.checks.common import Findings, effective_config, options_part
 from conformance.checks.registry import CheckContext
 from conformance.checks.split_trees import LEVELS, trees
 
@@ -73,7 +73,7 @@ def set_mismatch(config: dict[str, Any], want: dict[str, Any]) -> str | None:
 
 def _expect_set(ctx: CheckContext, child: Any, want: int, where: str) -> None:
     """The child's effective config holds every field of OPTION_SETS[want]; names the set it holds instead."""
-    config = config_part(ctx).effective(child, ctx.probe)
+    config = effective_config(ctx, child, f"{where}: the child's effective config")
     if config is None:
         ctx.expect(False, f"{where}: the child's effective config", "a config", None)
         return
