@@ -617,12 +617,14 @@ SHORT_WORLD_S = 2.0  # the world's timeout in _own_timeout
 OWN_TIMEOUT_S = 5.0  # a new_group's, longer than its world's
 WELL_LATE_S = 3.3  # how late the last rank joins an all_reduce there: past the world's timeout, and its first
 # rank, which receives first, still waits past the world's timeout for it
+BRIEF_GROUP_S = 1.0  # a group made after that one with a shorter timeout, which must not shorten the earlier one's
 RECV_LATE_S = (0.6, 0.85)  # when two messages are sent after their receives were posted
 PROMPT_S = 0.2  # how soon after its send each of those receives must complete
 
 
 def _own_timeout(ctx: CheckContext) -> None:
-    """On a world of timeout ``SHORT_WORLD_S``, a new_group given a longer one (``OWN_TIMEOUT_S``) waits by it. In one
+    """On a world of timeout ``SHORT_WORLD_S``, a new_group given a longer one (``OWN_TIMEOUT_S``) waits by it, also
+    after a later new_group was given a shorter one (``BRIEF_GROUP_S``). In one
     window: the first rank posts two irecvs from the last, whose messages are sent ``RECV_LATE_S`` after, and each
     must complete within ``PROMPT_S`` of its send (a receive that polls with an uncapped back-off sees a late message
     late: the two send times are apart by less than twice the first minus ``PROMPT_S`` and by more than
@@ -642,7 +644,11 @@ def _own_timeout(ctx: CheckContext) -> None:
     n, first, last = ctx.world_size, 0, ctx.world_size - 1
     ranks = list(range(n))
     group = dist.new_group(ranks, timeout=timedelta(seconds=OWN_TIMEOUT_S))
-    where = f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s)"
+    # a timeout belongs to its group: one made later with a shorter timeout leaves this group's alone (a backend
+    # that sets it on the store every group shares gives every group the last one's)
+    dist.new_group(ranks, timeout=timedelta(seconds=BRIEF_GROUP_S))
+    where = (f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s; a group made after it: "
+             f"{BRIEF_GROUP_S} s)")
     agree(ctx, ranks, "own-timeout/start", "")
     received = _late_messages(ctx, group, where, 0, then_late=WELL_LATE_S) if n > 1 else None
     t = torch.full((5,), float(ctx.rank + 1), device=ctx.device)
