@@ -99,10 +99,11 @@ def absent_plan(n: int) -> Plan:
     return Plan("absent", {"op": ("all_reduce", "broadcast"), "absent rank": (0, n - 1)}, alone=())
 
 
-def _fresh_group(ctx: CheckContext, timeout_s: float | None) -> dist.ProcessGroup:
-    """A group of every rank, used for one refusal case only, after the world is in step again."""
+def _fresh_group(ctx: CheckContext, timeout_s: float | None, members: list[int] | None = None) -> dist.ProcessGroup:
+    """A group of ``members`` (default every rank), used for one refusal case only, after the world is in step
+    again; every rank takes part in making it."""
     dist.barrier()
-    return ctx.new_group(list(range(ctx.world_size)), timeout_s=timeout_s)
+    return ctx.new_group(list(range(ctx.world_size)) if members is None else members, timeout_s=timeout_s)
 
 
 # ------------------------------------------------------------------ COLL-BAD-ARGS-REFUSED
@@ -112,11 +113,13 @@ def _gather_lists(ctx: CheckContext, count: int) -> tuple[list[torch.Tensor], to
 
 
 def _control_all_gather(ctx: CheckContext, group: dist.ProcessGroup | None = None,
-                        what: str = "positive control") -> None:
-    outs, inp = _gather_lists(ctx, ctx.world_size)
+                        what: str = "positive control", members: list[int] | None = None) -> None:
+    """all_gather on ``group`` of ``members`` (default the world) with one output per member: exact."""
+    members = list(range(ctx.world_size)) if members is None else members
+    outs, inp = _gather_lists(ctx, len(members))
     dist.all_gather(outs, inp, group=group)
-    ctx.expect_equal(f"all_gather with one output per rank ({what})",
-                     [[float(j)] * 3 for j in range(ctx.world_size)], [o.tolist() for o in outs])
+    ctx.expect_equal(f"all_gather with one output per member of ranks {members} ({what})",
+                     [[float(m)] * 3 for m in members], [o.tolist() for o in outs])
 
 
 def _a2a_args(ctx: CheckContext, splits: list[int] | None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -129,11 +132,15 @@ def _a2a_args(ctx: CheckContext, splits: list[int] | None) -> tuple[torch.Tensor
 
 
 def _control_all_to_all(ctx: CheckContext, group: dist.ProcessGroup | None = None,
-                        what: str = "positive control") -> None:
-    out, inp, splits = _a2a_args(ctx, None)
-    dist.all_to_all_single(out[:ctx.world_size], inp, splits, splits, group=group)
-    ctx.expect_equal(f"all_to_all_single with one row per rank ({what})",
-                     [float(100 * j + ctx.rank) for j in range(ctx.world_size)], out[:ctx.world_size].tolist())
+                        what: str = "positive control", members: list[int] | None = None) -> None:
+    """all_to_all_single on ``group`` of ``members`` (default the world, in group-rank order) with one row per
+    member: exact."""
+    members = list(range(ctx.world_size)) if members is None else members
+    size, me = len(members), members.index(ctx.rank)
+    out, inp, splits = _a2a_args(ctx, [1] * size)
+    dist.all_to_all_single(out[:size], inp, splits, splits, group=group)
+    ctx.expect_equal(f"all_to_all_single with one row per member of ranks {members} ({what})",
+                     [float(100 * m + me) for m in members], out[:size].tolist())
 
 
 def _control_reduce(ctx: CheckContext, group: dist.ProcessGroup | None = None,
@@ -281,10 +288,8 @@ def subgroup_ranks(n: int) -> list[int]:
 
 
 def _member_group(ctx: CheckContext, members: list[int]) -> dist.ProcessGroup | None:
-    """A fresh group of ``members`` (every rank takes part in making it) with the short timeout; None here when
-    this rank is not a member."""
-    dist.barrier()
-    group = ctx.new_group(members, timeout_s=GROUP_WAIT_S)
+    """``_fresh_group`` of ``members`` with the short timeout; None here when this rank is not a member."""
+    group = _fresh_group(ctx, GROUP_WAIT_S, members)
     return group if ctx.rank in members else None
 
 
@@ -320,22 +325,16 @@ def _world_sized_on_subgroup(ctx: CheckContext, op: str, members: list[int]) -> 
     group = _member_group(ctx, members)
     if group is None:
         return
-    size, n, me = len(members), ctx.world_size, dist.get_group_rank(group, ctx.rank)
+    size, n = len(members), ctx.world_size
     if op == "all_gather":
-        outs, inp = _gather_lists(ctx, size)
-        dist.all_gather(outs, inp, group=group)
-        ctx.expect_equal(f"all_gather with one output per member of ranks {members}",
-                         [[float(m)] * 3 for m in members], [o.tolist() for o in outs])
-        wrong, _ = _gather_lists(ctx, n)
+        _control_all_gather(ctx, group, "the subgroup", members)
+        wrong, inp = _gather_lists(ctx, n)
         expect_raises(ctx, f"all_gather with {n} outputs (one per world rank) on a group of {size}",
                       lambda: dist.all_gather(wrong, inp, group=group),
                       contains=(("output", "tensor list"), str(size), str(n)))
         return
-    inp = torch.arange(n, dtype=torch.float32, device=ctx.device) + 100 * ctx.rank
-    out = torch.full((n,), -1.0, device=ctx.device)
-    dist.all_to_all_single(out[:size], inp[:size], [1] * size, [1] * size, group=group)
-    ctx.expect_equal(f"all_to_all_single with one row per member of ranks {members}",
-                     [float(100 * m + me) for m in members], out[:size].tolist())
+    _control_all_to_all(ctx, group, "the subgroup", members)
+    out, inp, _ = _a2a_args(ctx, None)
     expect_raises(ctx, f"all_to_all_single with {n} split sizes (one per world rank) on a group of {size}",
                   lambda: dist.all_to_all_single(out, inp, [1] * n, [1] * n, group=group),
                   contains=(("split",), ("group size", str(size))))
