@@ -88,7 +88,11 @@ def _after(path: str, text: str, col: int, operator: str) -> str:
 def test_a_survivor_of_the_default_stack_is_judged_on_the_others(tmp_path: Path) -> None:
     # nccl-lazy's pair stream name reads pair[2] of a 2-tuple: every send on that stack raises, on no other
     lazy_only = _after("simulator/stacks.py", "comm = self._pair_comm(pair)", 61, "NumberReplacer")
+    # --timeout 60: P2P-DATA takes 3 s here but passed 15 s on CI's loaded host (-n 3 on 2 cores, stage 2
+    # installing), and a clean check past its timeout kills the mutant on the default stack; this mutant raises
+    # at once where it is caught, so a longer timeout costs nothing
     args = _args(tmp_path, "--target", "simulator", "--world-sizes", "2", "--jobs", "1", "--requirement", "P2P-DATA",
+                 "--timeout", "60",
                  "--newest-torch", "off", "--other-stacks", "torchcomms,nccl-lazy", "--mutant", lazy_only)
     said: list[str] = []
     cmd_mutate(args, say=said.append)
@@ -97,7 +101,7 @@ def test_a_survivor_of_the_default_stack_is_judged_on_the_others(tmp_path: Path)
     caught = json.loads((tmp_path / "mutation.json").read_text())["targets"]["simulator"]["caught"][lazy_only]
     # survived the default stack and torchcomms, killed on nccl-lazy: each judgement listed, the last one named
     assert caught["judged_on"] == [torch.__version__, f"{torch.__version__} stack=torchcomms",
-                                   f"{torch.__version__} stack=nccl-lazy"], said
+                                   f"{torch.__version__} stack=nccl-lazy"], (said, caught)
     assert caught["caught_by"]["requirement"] == "P2P-DATA" and caught["caught_by"]["stack"] == "nccl-lazy", caught
     assert (f"survivors again on the other stacks (nccl-lazy, torchcomms on torch {torch.__version__}; 1 caught only "
             "there)") in (tmp_path / "mutation.md").read_text()
