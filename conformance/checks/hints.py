@@ -351,6 +351,36 @@ def invalid_refused(ctx: CheckContext) -> None:
         edge = {"minCTAs": "4", "maxCTAs": "4"}
         group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=edge))
         expect_allreduce_members(ctx, group, ranks, f"new_group with hints {edge} (minCTAs equal to maxCTAs)")
+        _valid_hints_as_values(ctx, ranks)
+
+
+# Valid hint values given as Python values, not text. torchcomms' hints are a map of strings (CommOptions::hints,
+# comms/torchcomms/TorchCommOptions.hpp:22 at meta-pytorch/torchcomms 59426ba; bound as such by pybind11,
+# TorchCommPy.cpp:135, whose map caster refuses a non-string value): a backend takes them as the same text, or
+# refuses them naming the hint, never carries an int or a bool into its communicator's hints
+VALUE_HINTS: dict[str, Any] = {"maxCTAs": 4, "minCTAs": 2, "cgaClusterSize": 2, "is_high_priority_stream": True}
+
+
+def _valid_hints_as_values(ctx: CheckContext, ranks: list[int]) -> None:
+    """A new_group given ``VALUE_HINTS`` is refused naming a hint key, or gets the hints config a new_group given
+    the same values as text (``str(value)``: the control, made first) gets, and works."""
+    text = {key: str(value) for key, value in VALUE_HINTS.items()}
+    control = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=text))
+    expected = _config(ctx, control, f"new_group with hints {text} (the control)").get("hints", {})
+    what = f"new_group with hints given as Python values {VALUE_HINTS}"
+    try:
+        group = dist.new_group(ranks, pg_options=options_part(ctx).make(hints=dict(VALUE_HINTS)))
+    except (ValueError, TypeError, RuntimeError) as exc:
+        ctx.expect(any(key in str(exc) for key in VALUE_HINTS), f"{what}: refused, naming the hint",
+                   f"an error naming one of {sorted(VALUE_HINTS)}", f"{type(exc).__name__}: {exc}")
+        return
+    observed = _config(ctx, group, what).get("hints", {})
+    ctx.expect_equal(f"{what}: its config's hints (as the same values given as text give: {expected})",
+                     expected, observed)
+    ctx.expect_equal(f"{what}: the types of its config's hints",
+                     {k: type(v).__name__ for k, v in expected.items()},
+                     {k: type(v).__name__ for k, v in observed.items()})
+    expect_allreduce_members(ctx, group, ranks, what)
 
 
 def _set_late(ctx: CheckContext, fields: dict[str, Any]) -> Any:
