@@ -19,6 +19,7 @@ from conformance.checks.common import (
     positive_control,
     refusal_words,
 )
+from conformance.checks.first_ops import expect_first_op_makes_comm
 from conformance.checks.option_bounds import OPTIONS, ctas_cases
 from conformance.checks.option_trees import check_option_trees
 from conformance.checks.registry import CheckContext, check
@@ -174,8 +175,11 @@ def lazy_subgroup_options(ctx: CheckContext) -> None:
     world_config = _config(ctx, world, "lazy world")
     leaked = {k: world_config.get(k) for k in OPTIONS if world_config.get(k) == OPTIONS[k]}
     ctx.expect(not leaked, "the lazy world's config after its subgroups were given options", "defaults", leaked)
-    if observing("comm_created") in ctx.target.capabilities and ctx.world_size > 1:
-        _pair_comms_take_options(ctx, ranks)
+    if observing("comm_created") in ctx.target.capabilities:
+        expect_first_op_makes_comm(ctx, ranks,
+                                   lambda: dist.new_group(ranks, pg_options=options_part(ctx).make(**OPTIONS)))
+        if ctx.world_size > 1:
+            _pair_comms_take_options(ctx, ranks)
 
 
 def _pair_comms_take_options(ctx: CheckContext, ranks: list[int]) -> None:
