@@ -526,16 +526,29 @@ class SimProcessGroup(dist.ProcessGroup):
         return (min(me, peer), max(me, peer))
 
     def _p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:
-        """(communicator, the peer's rank in it, stream) for P2P with a group rank: the group communicator
-        once there is one, else the pair's lazily created 2-rank communicator."""
+        """(communicator, the peer's rank in it, stream) for unbatched P2P with a group rank: the group's
+        communicator where the group was bound to a device when made (eager), else the pair's lazily created
+        2-rank communicator, also once a collective has made the group's own: ProcessGroupNCCL::pointToPoint
+        reuses the group's communicator only under eagerInit_, which only eagerConnectSingleDevice sets, and
+        otherwise keys unbatched P2P by the pair (getKeySendRecv) and warns (TORCH_WARN_ONCE)."""
         peer = self._global_ranks[peer_group_rank]
         pair = self._pair(self.my_global_rank, peer)
-        if self._comm is not None:
-            comm = self._comm
+        if self.bound_device_id is not None:
+            comm = self._main_comm()
         else:
             self._warn_lazy_p2p()
             comm = self._pair_comm(pair)
         return comm, comm.local(peer), f"p2p:{pair[0]}-{pair[1]}"
+
+    def _batched_p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:
+        """(communicator, the peer's rank in it, stream) for P2P inside a batch (batch_isend_irecv, a coalescing
+        block): the group's communicator, made now where the group has none. ProcessGroupNCCL keys a batch's P2P
+        by the device, as a collective (pointToPoint's batchP2P branch: ncclActiveGroupCounter_ > 0 after
+        startCoalescing's groupStart), with no warning; so a lazy group's first batch makes the group's
+        communicator and every member must take part (torch's batch_isend_irecv docstring, v2.13.0
+        distributed_c10d.py:3031-3036)."""
+        comm = self._main_comm()
+        return comm, comm.local(self._global_ranks[peer_group_rank]), "p2p:batch"
 
     def _pair_comm(self, pair: tuple[int, int], recorded: bool = True) -> Communicator:
         """The 2-rank communicator of ``pair``, created on its first use."""
@@ -555,7 +568,7 @@ class SimProcessGroup(dist.ProcessGroup):
         if peer == self.rank() or not 0 <= peer < self.size():
             self._refuse_peer(op, peer)
         faults.maybe_inject(self.my_global_rank, op)
-        comm, local_peer, stream = self._p2p_comm(peer)
+        comm, local_peer, stream = (self._p2p_comm if self._coalescing is None else self._batched_p2p_comm)(peer)
         if op == "recv":  # posted now, in program order: rendezvous sends wait for this
             comm.fabric.post_receive(local_peer)
         if self._coalescing is not None:
@@ -584,10 +597,11 @@ class SimProcessGroup(dist.ProcessGroup):
         fabric.recv(tensor, peer, tag)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
-        """Receive from whichever rank sends first (on a lazy group: on the pair communicator of every peer)."""
-        if self._comm is None:
+        """Receive from whichever rank sends first (on a group not bound when made: on the pair communicator of
+        every peer, as its unbatched P2P)."""
+        if self.bound_device_id is None:
             return self._recv_anysource_lazy(tensors[0], tag)
-        comm = self._comm
+        comm = self._main_comm()
         comm.fabric.post_receive(None)
         t = tensors[0]
         def any_source(f: Fabric) -> int:

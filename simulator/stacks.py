@@ -3,7 +3,8 @@
 What each stack does differently, as read in torch's source (v2.15.0 distributed_c10d.py unless said):
 
 - ``nccl-legacy``: ProcessGroupNCCL, the reference (``SimProcessGroup``): eager when bound, else lazy,
-  with lazily created 2-rank pair communicators for P2P on an unbound group. What ``nccl`` means up to
+  with lazily created 2-rank pair communicators for unbatched P2P on a group not bound when made (also after a
+  collective made the group's communicator), and a batch's P2P on the group's communicator. What ``nccl`` means up to
   torch 2.14, and on 2.15 with ``TORCH_DIST_USE_NCCL2=0`` (:961-983; registered as ``nccl-legacy`` :986).
 - ``nccl2``: ProcessGroupNCCL2, what ``nccl`` means on torch 2.15 (:964, registered as ``nccl2`` :1006).
   It always binds a device (``_nccl2_device`` binds the group when no ``device_id`` was given, :820-849),
@@ -83,6 +84,11 @@ class ProcessGroupNCCLLazy(_AlwaysBound):
         pair = self._pair(self.my_global_rank, peer)
         comm = self._pair_comm(pair)
         return comm, comm.local(peer), f"p2p:{pair[0]}-{pair[1]}"
+
+    def _batched_p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:
+        """A batch's P2P on the pairs' communicators too (kept from before ProcessGroupNCCL's batch rule was
+        modelled; ProcessGroupNCCLLazy's own batch path not read)."""
+        return self._p2p_comm(peer_group_rank)
 
 
 class TorchcommsPath(_AlwaysBound):

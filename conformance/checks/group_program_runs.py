@@ -8,7 +8,9 @@ After every step each rank judges what it can see of its own groups:
   before, a message on a bound group none, on a lazy group only 2-rank communicators of the rank and a member
   it talks to (the talking pair's first message on the group makes one on both, where the target declares
   ``lazy_pair_comms`` and the group has no communicator of its own yet; a later one none), each with the group's
-  config; destroy_process_group(group) destroys the group's communicators and none of a live group;
+  config; a batch_isend_irecv step on a group without a communicator of its own runs the group's all_reduce first
+  (torch allows a batch as a group's first op only with every member in it); destroy_process_group(group)
+  destroys the group's communicators and none of a live group;
 - the options a group must hold (``group_programs.expected_sets``), in its effective config and in every
   communicator made for it;
 - the caller's options objects, unchanged by every group made with them.
@@ -323,7 +325,10 @@ class _Run:
     def _use(self, step: GroupStep, since: int) -> None:
         mine = self.layers[step.layer]
         assert mine is not None
-        if step.entry == "all_reduce":
+        if step.entry == "all_reduce" or (step.entry == "batch_isend_irecv" and not mine.has_comm):
+            # torch allows a batch as a group's first op only with every member in it (batch_isend_irecv's
+            # docstring, v2.13.0 distributed_c10d.py:3031-3036: ProcessGroupNCCL runs it on the group's
+            # communicator, made then): a batch step on a group without one runs the group's all_reduce first
             self._all_reduce(step.index, mine.handle, mine.members,
                              f"its group {mine.members} (layer {step.layer}) at step {step.describe()}")
             created = new_comms(self.ctx, since)
@@ -334,7 +339,9 @@ class _Run:
                 return
             mine.has_comm = True
             self._made(step, since, step.layer, None)
-            return
+            if step.entry == "all_reduce":
+                return
+            since = self.ctx.probe.mark()
         self._talk(step, mine, since)
         # every rank waits for this step's messages to be received, through the check's store (not the backend): a
         # rank free to run ahead could send a later step's message to this one's any-source receive, which may take it

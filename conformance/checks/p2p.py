@@ -231,18 +231,70 @@ def _around_first_collective(ctx: CheckContext) -> None:
     raise_shared(ctx, "p2p-after-first-collective", failure, 1)  # a sender whose message was not taken may wait
 
 
-# (the sender's call, the receiver's call) of a new lazy group's first message: every way torch hands P2P to a backend
-ENTRY_POINTS = (("send", "recv"), ("isend", "irecv"), ("batch_isend_irecv", "batch_isend_irecv"),
-                ("send", "recv(src=None)"))
+# (the sender's call, the receiver's call) of a new lazy group's first message: every way torch hands unbatched P2P
+# to a backend (a batch is judged apart: _first_batch)
+ENTRY_POINTS = (("send", "recv"), ("isend", "irecv"), ("send", "recv(src=None)"))
+
+
+def _ring_batch(ctx: CheckContext, group: Any, salt: int) -> str:
+    """Every rank sends its successor a tensor and receives its predecessor's in one batch_isend_irecv on
+    ``group`` (of every rank), to completion; a problem with the data, or ''. Every rank takes part: torch allows a
+    batch as a group's first op only so (batch_isend_irecv's docstring, v2.13.0 distributed_c10d.py:3031-3036:
+    ProcessGroupNCCL runs a batch on the group's communicator, making it then)."""
+    n, r = ctx.world_size, ctx.rank
+    got = torch.zeros(8, device=ctx.device)
+    ops = [dist.P2POp(dist.isend, ranked_tensor(ctx, salt=salt), (r + 1) % n, group=group),
+           dist.P2POp(dist.irecv, got, (r - 1) % n, group=group)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    want = ranked_values((r - 1) % n, salt=salt)
+    bad = ref.mismatch(got, want, got.dtype)
+    return "" if bad is None else f"the data from rank {(r - 1) % n}: expected {want}, observed {bad}"
+
+
+def _batch_design(ctx: CheckContext, made: list[dict[str, Any]]) -> tuple[str, str]:
+    """What a new lazy group's first batch (a ring, ``_ring_batch``) made on this rank: ('pairs', '') where it made
+    the 2-rank communicators of this rank's ring pairs, ('group', '') where it made one communicator of every rank
+    and no pair one (ProcessGroupNCCL: a batch's P2P is keyed by the device, as a collective, pointToPoint's
+    batchP2P branch), else ('', the problem)."""
+    n, r = ctx.world_size, ctx.rank
+    pairs = sorted(tuple(e["members"]) for e in made if e.get("mode") == "p2p")
+    whole = [e for e in made if e.get("mode") != "p2p" and sorted(e.get("members") or []) == list(range(n))]
+    ring_pairs = sorted({tuple(sorted((r, p))) for p in ((r + 1) % n, (r - 1) % n)})
+    if pairs == ring_pairs and not whole:
+        return "pairs", ""
+    if not pairs and len(whole) == 1:
+        return "group", ""
+    seen = [(e.get("mode"), e.get("members")) for e in made]
+    return "", (f"communicators made on rank {r}: expected the 2-rank ones of its ring pairs {ring_pairs}, or one "
+                f"of every rank and no pair one, observed (mode, members) {seen}")
+
+
+def _first_batch(ctx: CheckContext) -> list[str]:
+    """A new lazy group of every rank whose first op is a ring in one batch_isend_irecv: exact data, and on each
+    rank either the pair communicators of its ring pairs or the group's own communicator (``_batch_design``)."""
+    group = ctx.new_group(list(range(ctx.world_size)))
+    since = ctx.probe.mark()
+    what = f"rank {ctx.rank}: a new lazy group whose first op is a ring in one batch_isend_irecv"
+    try:
+        problem = _ring_batch(ctx, group, salt=31)
+    except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
+        problem = f"{type(exc).__name__}: {exc}"
+    problems = [f"{what}: {problem}"] if problem else []
+    _, wrong = _batch_design(ctx, new_comms(ctx, since))
+    if wrong:
+        problems.append(f"{what}: {wrong}")
+    dist.barrier()
+    return problems
 
 
 def _first_p2p_by_entry_point(ctx: CheckContext) -> None:
-    """In a new lazy group of every rank, rank 0's first message to rank 1 goes through each entry point in turn
-    (send/recv, isend/irecv, batch_isend_irecv, and recv(src=None) where the target receives from any source):
-    whichever call it is, both ranks make the pair's communicator then (one, of ranks 0 and 1), the others none,
-    and the message arrives exact. A receive from any source does not know its sender, so its rank may also make
-    communicators with its other peers (one per pair, each its own)."""
-    problems: list[str] = []
+    """In a new lazy group of every rank, rank 0's first message to rank 1 goes through each unbatched entry point
+    in turn (send/recv, isend/irecv, and recv(src=None) where the target receives from any source): whichever call
+    it is, both ranks make the pair's communicator then (one, of ranks 0 and 1), the others none, and the message
+    arrives exact. A receive from any source does not know its sender, so its rank may also make communicators
+    with its other peers (one per pair, each its own). Then a new lazy group's first batch (``_first_batch``)."""
+    problems: list[str] = _first_batch(ctx)
     for sender, receiver in ENTRY_POINTS:
         if receiver == "recv(src=None)" and "p2p_any_source" not in ctx.target.capabilities:
             continue
@@ -278,11 +330,7 @@ def _first_p2p_by_entry_point(ctx: CheckContext) -> None:
 
 def _entry_call(call: str, tensor: torch.Tensor, peer: int, group: Any, sending: bool) -> None:
     """Send ``tensor`` to, or receive it from, ``peer`` (a global rank) on ``group`` by ``call``, to completion."""
-    if call == "batch_isend_irecv":
-        op = dist.isend if sending else dist.irecv
-        for work in dist.batch_isend_irecv([dist.P2POp(op, tensor, peer, group=group)]):
-            work.wait()
-    elif call == "recv(src=None)":
+    if call == "recv(src=None)":
         dist.recv(tensor, src=None, group=group)
     else:
         _p2p_call(call, tensor, peer, group)
@@ -380,8 +428,9 @@ def lazy_warn_once(ctx: CheckContext) -> None:
 def _warning_by_entry_point(ctx: CheckContext, words: tuple[str, ...] | None) -> None:
     """In a new lazy group per P2P entry point (``ENTRY_POINTS``), rank 0 sends rank 1 two messages by it, and
     those are the group's only P2P: each of the two ranks makes the pair's communicator then, so each warns
-    once, the sender and the receiver alike, whichever call it is."""
-    problems: list[str] = []
+    once, the sender and the receiver alike, whichever call it is. Then a new lazy group whose only P2P is two
+    rings in batches (``_batch_warning``)."""
+    problems: list[str] = _batch_warning(ctx, words)
     for sender, receiver in ENTRY_POINTS:
         if receiver == "recv(src=None)" and "p2p_any_source" not in ctx.target.capabilities:
             continue
@@ -404,6 +453,33 @@ def _warning_by_entry_point(ctx: CheckContext, words: tuple[str, ...] | None) ->
         dist.barrier()
     if problems:
         raise CheckFailed("; ".join(problems))
+
+
+def _batch_warning(ctx: CheckContext, words: tuple[str, ...] | None) -> list[str]:
+    """A new lazy group of every rank whose only P2P is two rings, each in one batch_isend_irecv: where its first
+    batch made pair communicators, each rank warns once; where it made the group's own communicator (as
+    ProcessGroupNCCL does, pointToPoint's batchP2P branch, which does not warn), no rank warns (there is no pair
+    communicator to warn about). Which it made is read from the probe in the same run (``_batch_design``)."""
+    group = ctx.new_group(list(range(ctx.world_size)))
+    since = ctx.probe.mark()
+    what = f"rank {ctx.rank}: a new lazy group whose only P2P is two rings in batch_isend_irecv"
+    problems: list[str] = []
+    with warned.recorded() as caught:
+        try:
+            problems += [f"{what}: {p}" for p in (_ring_batch(ctx, group, salt=32 + k) for k in range(2)) if p]
+        except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
+            problems.append(f"{what}: {type(exc).__name__}: {exc}")
+    design, wrong = _batch_design(ctx, new_comms(ctx, since))
+    seen, hidden = warned.matching(caught, lambda m: is_lazy_p2p_warning(m, words))
+    if wrong:
+        problems.append(f"{what}: {wrong}")
+    elif len(seen) != (1 if design == "pairs" else 0):
+        made = "its ring pairs' communicators" if design == "pairs" else "the group's communicator, no pair one"
+        problems.append(f"{what}: lazy-P2P warnings on rank {ctx.rank} (the batches made {made}): expected "
+                        f"{1 if design == 'pairs' else 0}, observed {len(seen)}"
+                        + (f" (and {hidden[:1]}, a category Python's default filters hide)" if hidden else ""))
+    dist.barrier()
+    return problems
 
 
 @check("P2P-DATA")
