@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import inspect
 import os
 import random
 import threading
@@ -648,7 +649,14 @@ def _own_timeout(ctx: CheckContext) -> None:
     # that sets it on the store every group shares gives every group the last one's)
     dist.new_group(ranks, timeout=timedelta(seconds=BRIEF_GROUP_S))
     where = (f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s; a group made after it: "
-             f"{BRIEF_GROUP_S} s)")
+             f"{BRIEF_GROUP_S} s")
+    # a call's own timeout is that call's (torch passes barrier's in BarrierOptions.timeout, v2.13.0
+    # distributed_c10d.py:5321-5324): a backend that keeps it as the group's gives every later op of the group that
+    # one; every rank arrives at once, so the barrier itself waits for no one
+    if "timeout" in inspect.signature(dist.barrier).parameters:
+        dist.barrier(group=group, timeout=timedelta(seconds=BRIEF_GROUP_S))
+        where += f"; a barrier on it given {BRIEF_GROUP_S} s"
+    where += ")"
     agree(ctx, ranks, "own-timeout/start", "")
     received = _late_messages(ctx, group, where, 0, then_late=WELL_LATE_S) if n > 1 else None
     t = torch.full((5,), float(ctx.rank + 1), device=ctx.device)
