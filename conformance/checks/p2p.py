@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import random
 import sys
@@ -194,8 +195,21 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
     ctx.expect(not many, "communicators per unordered pair", 1, many)
     ids = [e["comm"] for e in created]  # one communicator per pair, each its own: two pairs' under one id are not
     ctx.expect(len(set(ids)) == len(ids), "ids of the pair communicators lazy P2P made", "one per pair", ids)
+    _pair_ids_agree(ctx, created)
     _pairs_of_another_group(ctx, set(ids))
     _first_p2p_by_entry_point(ctx)
+
+
+def _pair_ids_agree(ctx: CheckContext, created: list[dict[str, Any]]) -> None:
+    """A pair communicator is one communicator of two ranks: both record it under the same id (NCCL's commId, the
+    hash of the communicator's unique id, is the same on every member; ProcessGroupNCCL keys it by the pair,
+    'low:high', on both). Each rank's ids by pair are compared with its peer's, through the check's store."""
+    mine = {"-".join(map(str, sorted(e["members"]))): e["comm"] for e in created}
+    every = [json.loads(v) for v in agree(ctx, list(range(ctx.world_size)), "pair-comm-ids", json.dumps(mine))]
+    for pair, comm in sorted(mine.items()):
+        peer = next(int(m) for m in pair.split("-") if int(m) != ctx.rank)
+        ctx.expect_equal(f"id of pair communicator {pair} as rank {peer} records it (this rank: {comm})", comm,
+                         every[peer].get(pair))
 
 
 SENDER_LATE_S = 0.2  # how long a sender waits before sending what a posted receive waits for
