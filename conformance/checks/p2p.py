@@ -266,7 +266,7 @@ def _ring_batch(ctx: CheckContext, group: Any, salt: int) -> str:
     return "" if bad is None else f"the data from rank {(r - 1) % n}: expected {want}, observed {bad}"
 
 
-def _batch_design(ctx: CheckContext, made: list[dict[str, Any]]) -> tuple[str, str]:
+def batch_design(ctx: CheckContext, made: list[dict[str, Any]]) -> tuple[str, str]:
     """What a new lazy group's first batch (a ring, ``_ring_batch``) made on this rank: ('pairs', '') where it made
     the 2-rank communicators of this rank's ring pairs, ('group', '') where it made one communicator of every rank
     and no pair one (ProcessGroupNCCL: a batch's P2P is keyed by the device, as a collective, pointToPoint's
@@ -286,7 +286,7 @@ def _batch_design(ctx: CheckContext, made: list[dict[str, Any]]) -> tuple[str, s
 
 def _first_batch(ctx: CheckContext) -> list[str]:
     """A new lazy group of every rank whose first op is a ring in one batch_isend_irecv: exact data, and on each
-    rank either the pair communicators of its ring pairs or the group's own communicator (``_batch_design``)."""
+    rank either the pair communicators of its ring pairs or the group's own communicator (``batch_design``)."""
     group = ctx.new_group(list(range(ctx.world_size)))
     since = ctx.probe.mark()
     what = f"rank {ctx.rank}: a new lazy group whose first op is a ring in one batch_isend_irecv"
@@ -295,7 +295,7 @@ def _first_batch(ctx: CheckContext) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
         problem = f"{type(exc).__name__}: {exc}"
     problems = [f"{what}: {problem}"] if problem else []
-    _, wrong = _batch_design(ctx, new_comms(ctx, since))
+    _, wrong = batch_design(ctx, new_comms(ctx, since))
     if wrong:
         problems.append(f"{what}: {wrong}")
     dist.barrier()
@@ -473,7 +473,7 @@ def _batch_warning(ctx: CheckContext, words: tuple[str, ...] | None) -> list[str
     """A new lazy group of every rank whose only P2P is two rings, each in one batch_isend_irecv: where its first
     batch made pair communicators, each rank warns once; where it made the group's own communicator (as
     ProcessGroupNCCL does, pointToPoint's batchP2P branch, which does not warn), no rank warns (there is no pair
-    communicator to warn about). Which it made is read from the probe in the same run (``_batch_design``)."""
+    communicator to warn about). Which it made is read from the probe in the same run (``batch_design``)."""
     group = ctx.new_group(list(range(ctx.world_size)))
     since = ctx.probe.mark()
     what = f"rank {ctx.rank}: a new lazy group whose only P2P is two rings in batch_isend_irecv"
@@ -483,7 +483,7 @@ def _batch_warning(ctx: CheckContext, words: tuple[str, ...] | None) -> list[str
             problems += [f"{what}: {p}" for p in (_ring_batch(ctx, group, salt=32 + k) for k in range(2)) if p]
         except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
             problems.append(f"{what}: {type(exc).__name__}: {exc}")
-    design, wrong = _batch_design(ctx, new_comms(ctx, since))
+    design, wrong = batch_design(ctx, new_comms(ctx, since))
     seen, hidden = warned.matching(caught, lambda m: is_lazy_p2p_warning(m, words))
     if wrong:
         problems.append(f"{what}: {wrong}")
