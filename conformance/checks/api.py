@@ -619,6 +619,9 @@ OWN_TIMEOUT_S = 5.0  # a new_group's, longer than its world's
 WELL_LATE_S = 3.3  # how late the last rank joins an all_reduce there: past the world's timeout, and its first
 # rank, which receives first, still waits past the world's timeout for it
 BRIEF_GROUP_S = 1.0  # a group made after that one with a shorter timeout, which must not shorten the earlier one's
+# a barrier's own timeout on that group: shorter than any rank waits in the late all_reduce (the first, which
+# waits least, about WELL_LATE_S less its receives), so a group that kept it fails there
+BARRIER_TIMEOUT_S = 1.5
 RECV_LATE_S = (0.6, 0.85)  # when two messages are sent after their receives were posted
 PROMPT_S = 0.2  # how soon after its send each of those receives must complete
 
@@ -652,10 +655,19 @@ def _own_timeout(ctx: CheckContext) -> None:
              f"{BRIEF_GROUP_S} s")
     # a call's own timeout is that call's (torch passes barrier's in BarrierOptions.timeout, v2.13.0
     # distributed_c10d.py:5321-5324): a backend that keeps it as the group's gives every later op of the group that
-    # one; every rank arrives at once, so the barrier itself waits for no one
+    # one; the ranks meet through the store first, so the barrier itself waits for no one
     if "timeout" in inspect.signature(dist.barrier).parameters:
-        dist.barrier(group=group, timeout=timedelta(seconds=BRIEF_GROUP_S))
-        where += f"; a barrier on it given {BRIEF_GROUP_S} s"
+        agree(ctx, ranks, "own-timeout/barrier", "")
+        finding = ""
+        try:
+            dist.barrier(group=group, timeout=timedelta(seconds=BARRIER_TIMEOUT_S))
+        except RuntimeError as exc:
+            finding = (f"rank {ctx.rank}: a barrier on a new_group of timeout {OWN_TIMEOUT_S} s given "
+                       f"{BARRIER_TIMEOUT_S} s, every rank arriving together: {type(exc).__name__}: {exc}")
+        wrong = [f for f in agree(ctx, ranks, "own-timeout/barrier-done", finding) if f]
+        if wrong:
+            raise CheckFailed("; ".join(wrong))
+        where += f"; a barrier on it given {BARRIER_TIMEOUT_S} s"
     where += ")"
     agree(ctx, ranks, "own-timeout/start", "")
     received = _late_messages(ctx, group, where, 0, then_late=WELL_LATE_S) if n > 1 else None

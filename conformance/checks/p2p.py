@@ -203,8 +203,10 @@ def lazy_pair_comm(ctx: CheckContext) -> None:
 def _pair_ids_agree(ctx: CheckContext, created: list[dict[str, Any]]) -> None:
     """A pair communicator is one communicator of two ranks: both record it under the same id (NCCL's commId, the
     hash of the communicator's unique id, is the same on every member; ProcessGroupNCCL keys it by the pair,
-    'low:high', on both). Each rank's ids by pair are compared with its peer's, through the check's store."""
-    mine = {"-".join(map(str, sorted(e["members"]))): e["comm"] for e in created}
+    'low:high', on both). Each rank's ids by pair are compared with its peer's, through the check's store: the
+    event's ``comm_hash`` where the probe records one (NCCL's log: its ``comm`` is a per-process pointer), else
+    its ``comm``."""
+    mine = {"-".join(map(str, sorted(e["members"]))): e.get("comm_hash") or e["comm"] for e in created}
     every = [json.loads(v) for v in agree(ctx, list(range(ctx.world_size)), "pair-comm-ids", json.dumps(mine))]
     for pair, comm in sorted(mine.items()):
         peer = next(int(m) for m in pair.split("-") if int(m) != ctx.rank)
@@ -479,10 +481,13 @@ def _batch_warning(ctx: CheckContext, words: tuple[str, ...] | None) -> list[str
     what = f"rank {ctx.rank}: a new lazy group whose only P2P is two rings in batch_isend_irecv"
     problems: list[str] = []
     with warned.recorded() as caught:
-        try:
-            problems += [f"{what}: {p}" for p in (_ring_batch(ctx, group, salt=32 + k) for k in range(2)) if p]
-        except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
-            problems.append(f"{what}: {type(exc).__name__}: {exc}")
+        for k in range(2):  # each ring on every rank, whatever the other did: no rank left waiting in one
+            try:
+                problem = _ring_batch(ctx, group, salt=32 + k)
+            except Exception as exc:  # noqa: BLE001 - named below; the ranks still meet at the barrier
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem:
+                problems.append(f"{what}: ring {k}: {problem}")
     design, wrong = batch_design(ctx, new_comms(ctx, since))
     seen, hidden = warned.matching(caught, lambda m: is_lazy_p2p_warning(m, words))
     if wrong:
