@@ -525,6 +525,12 @@ class SimProcessGroup(dist.ProcessGroup):
     def _pair(me: int, peer: int) -> tuple[int, int]:
         return (min(me, peer), max(me, peer))
 
+    @property
+    def p2p_on_group_comm(self) -> bool:
+        """Whether unbatched P2P runs on the group's communicator: the group was bound to a device when made
+        (ProcessGroupNCCL's eagerInit_); otherwise it runs on lazily created pair communicators."""
+        return self.bound_device_id is not None
+
     def _p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:
         """(communicator, the peer's rank in it, stream) for unbatched P2P with a group rank: the group's
         communicator where the group was bound to a device when made (eager), else the pair's lazily created
@@ -533,7 +539,7 @@ class SimProcessGroup(dist.ProcessGroup):
         otherwise keys unbatched P2P by the pair (getKeySendRecv) and warns (TORCH_WARN_ONCE)."""
         peer = self._global_ranks[peer_group_rank]
         pair = self._pair(self.my_global_rank, peer)
-        if self.bound_device_id is not None:
+        if self.p2p_on_group_comm:
             comm = self._main_comm()
         else:
             self._warn_lazy_p2p()
@@ -599,7 +605,7 @@ class SimProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimWork:
         """Receive from whichever rank sends first (on a group not bound when made: on the pair communicator of
         every peer, as its unbatched P2P)."""
-        if self.bound_device_id is None:
+        if not self.p2p_on_group_comm:
             return self._recv_anysource_lazy(tensors[0], tag)
         comm = self._main_comm()
         comm.fabric.post_receive(None)

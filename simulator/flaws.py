@@ -153,7 +153,7 @@ class P2PPairCommEager:
     """send/recv create 2-rank pair communicators even under eager init"""
 
     def _p2p_comm(self: Group, peer_group_rank: int) -> tuple[Communicator, int, str]:
-        if self._comm is None:
+        if not self.p2p_on_group_comm:
             return super()._p2p_comm(peer_group_rank)
         return _pair_route(self, peer_group_rank, recorded=True)
 
@@ -162,7 +162,7 @@ class P2PPairCommUnlogged:
     """eager P2P runs over 2-rank pair communicators whose creation is never recorded"""
 
     def _p2p_comm(self: Group, peer_group_rank: int) -> tuple[Communicator, int, str]:
-        if self._comm is None:
+        if not self.p2p_on_group_comm:
             return super()._p2p_comm(peer_group_rank)
         return _pair_route(self, peer_group_rank, recorded=False)
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import new_comms
+from conformance.checks.common import new_comms, ranked_values
 from conformance.checks.registry import CheckContext
 from conformance.outcomes import CheckFailed
 
@@ -21,8 +21,8 @@ WIDTH = 3  # elements each rank gives per slot: values differ by rank and by pos
 
 
 def _values(rank: int, count: int) -> torch.Tensor:
-    """Rank ``rank``'s known input: 100 * (rank + 1) + position, exact in float32."""
-    return torch.arange(count, dtype=torch.float32) + 100.0 * (rank + 1)
+    """Rank ``rank``'s known input (``ranked_values``: 100 * (rank + 1) + position), exact in float32."""
+    return torch.tensor(ranked_values(rank, count))
 
 
 def _barrier(ctx: CheckContext, group: dist.ProcessGroup, members: list[int]) -> None:

@@ -325,27 +325,33 @@ class _Run:
     def _use(self, step: GroupStep, since: int) -> None:
         mine = self.layers[step.layer]
         assert mine is not None
-        if step.entry == "all_reduce" or (step.entry == "batch_isend_irecv" and not mine.has_comm):
+        if step.entry == "all_reduce":
+            self._collective(step, mine, since)
+            return
+        if step.entry == "batch_isend_irecv" and not mine.has_comm:
             # torch allows a batch as a group's first op only with every member in it (batch_isend_irecv's
             # docstring, v2.13.0 distributed_c10d.py:3031-3036: ProcessGroupNCCL runs it on the group's
             # communicator, made then): a batch step on a group without one runs the group's all_reduce first
-            self._all_reduce(step.index, mine.handle, mine.members,
-                             f"its group {mine.members} (layer {step.layer}) at step {step.describe()}")
-            created = new_comms(self.ctx, since)
-            if mine.has_comm:
-                if created:
-                    self._fail(step, f"communicators made by a collective on a group that has one: expected none, "
-                               f"observed {_shown(created)}")
-                return
-            mine.has_comm = True
-            self._made(step, since, step.layer, None)
-            if step.entry == "all_reduce":
-                return
+            self._collective(step, mine, since)
             since = self.ctx.probe.mark()
         self._talk(step, mine, since)
         # every rank waits for this step's messages to be received, through the check's store (not the backend): a
         # rank free to run ahead could send a later step's message to this one's any-source receive, which may take it
         agree(self.ctx, list(range(self.ctx.world_size)), f"group-program/{self.number}/step", str(step.index))
+
+    def _collective(self, step: GroupStep, mine: _Mine, since: int) -> None:
+        """The group's all_reduce at ``step``: exact data, and a communicator made by it only where the group had
+        none (then one of its members)."""
+        self._all_reduce(step.index, mine.handle, mine.members,
+                         f"its group {mine.members} (layer {step.layer}) at step {step.describe()}")
+        created = new_comms(self.ctx, since)
+        if mine.has_comm:
+            if created:
+                self._fail(step, f"communicators made by a collective on a group that has one: expected none, "
+                           f"observed {_shown(created)}")
+            return
+        mine.has_comm = True
+        self._made(step, since, step.layer, None)
 
     def _all_reduce(self, index: int, group: Any, members: list[int], what: str) -> None:
         """An all_reduce (SUM) of step ``index``'s values over ``group``, judged exact."""
