@@ -527,8 +527,9 @@ class SimProcessGroup(dist.ProcessGroup):
 
     @property
     def p2p_on_group_comm(self) -> bool:
-        """Whether unbatched P2P runs on the group's communicator: the group was bound to a device when made
-        (ProcessGroupNCCL's eagerInit_); otherwise it runs on lazily created pair communicators."""
+        """Whether this stack's unbatched P2P would run on the group's communicator (nccl-legacy's rule: the group
+        was bound to a device when made, ProcessGroupNCCL's eagerInit_); otherwise on lazily created pair
+        communicators. nccl-lazy keeps pair communicators whatever this says (its own _p2p_comm)."""
         return self.bound_device_id is not None
 
     def _p2p_comm(self, peer_group_rank: int) -> tuple[Communicator, int, str]:

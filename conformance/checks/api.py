@@ -812,10 +812,10 @@ def _cycles(ctx: CheckContext, folder: Path) -> None:
         since = ctx.probe.mark()
         doomed = ctx.new_group(ranks)
         expect_allreduce_members(ctx, doomed, ranks, f"{where}: a subgroup before it is destroyed")
-        made = [e["comm"] for e in new_comms(ctx, since)]
         # not on GPU targets: whether ProcessGroupNCCL's teardown leaves its finished Works' state alone was not
         # verified (NCCLComm::abort sets an error that a finished WorkNCCL may then report)
         finished = [] if ctx.target.target.gpu else finish_works(ctx, doomed, ranks, f"{where}: a subgroup")
+        made = [e["comm"] for e in new_comms(ctx, since)]  # with the pair communicators of its P2P, where lazy
         since = ctx.probe.mark()
         kept = ctx.new_group(ranks[::-1])
         if cycle == 1:
@@ -826,6 +826,7 @@ def _cycles(ctx: CheckContext, folder: Path) -> None:
         expect_kept(ctx, finished)
         expect_allreduce_members(ctx, kept, ranks, f"{where}: a subgroup after another one was destroyed")
         expect_allreduce_members(ctx, dist.group.WORLD, ranks, f"{where}: world after a subgroup was destroyed")
+        expect_kept(ctx, finished)  # again, once the other groups ran: a teardown that fails Works later
         if splits:
             child = dist.split_group(split_ranks=[ranks])
             expect_allreduce_members(ctx, child, ranks, f"{where}: a split_group child of the world")

@@ -22,7 +22,7 @@ WIDTH = 3  # elements each rank gives per slot: values differ by rank and by pos
 
 def _values(rank: int, count: int) -> torch.Tensor:
     """Rank ``rank``'s known input (``ranked_values``: 100 * (rank + 1) + position), exact in float32."""
-    return torch.tensor(ranked_values(rank, count))
+    return torch.tensor(ranked_values(rank, count), dtype=torch.float32)
 
 
 def _barrier(ctx: CheckContext, group: dist.ProcessGroup, members: list[int]) -> None:
