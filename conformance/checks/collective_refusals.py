@@ -48,6 +48,7 @@ from conformance.checks.common import (
     shared_folder,
     work_success,
 )
+from conformance.checks.finished_works import expect_kept, finish_works
 from conformance.checks.registry import CheckContext, check
 from conformance.outcomes import CheckFailed
 from conformance.targets.base import WorldSpec
@@ -546,6 +547,11 @@ def absent_peer(ctx: CheckContext) -> None:
     ctx.expect_equal("all_reduce of ones over the world (positive control)", [float(ctx.world_size)] * 4, t.tolist())
     cases = absent_plan(ctx.world_size).cases(replace(ctx.generation, budget=0), ctx.world_size)
     groups = [_fresh_group(ctx, ABSENT_WAIT_S) for _ in cases]
+    # each group's finished Works (all its members present) must outlive the failure of its later op (not on GPU
+    # targets: whether a finished WorkNCCL reports the error of its aborted communicator was not verified)
+    finished = [] if ctx.target.target.gpu else [
+        op for k, group in enumerate(groups)
+        for op in finish_works(ctx, group, list(range(ctx.world_size)), f"case {k}'s group, before its op")]
     anysource = "p2p_any_source" in ctx.target.capabilities
     # with p2p_any_source, rank 0 also posts a recv from any source on a group of the check's world (bound where
     # the target binds a device), which no rank sends to: it waits out the same time as the cases above
@@ -561,6 +567,7 @@ def absent_peer(ctx: CheckContext) -> None:
             ((f"rank {absent}", f"rank(s) {absent}"),)
         found.case(expect_peer_raises, ctx, what, pending.wait, needles, ABSENT_WAIT_S, start, kinds=DIST_ERRORS)
         found.case(_stays_failed, ctx, what, pending, needles)
+    found.case(expect_kept, ctx, finished, "after a later op of its group failed")
     if any_wait is not None:
         what = f"recv from any source on a group of the check's world ({default_mode(ctx)} init), which no rank " \
                "sends to"

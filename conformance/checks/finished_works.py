@@ -62,12 +62,13 @@ def _known(rank: int, salt: int, ctx: CheckContext) -> torch.Tensor:
     return torch.tensor(ranked_values(rank, WIDTH, salt), dtype=torch.float32, device=ctx.device)
 
 
-def expect_kept(ctx: CheckContext, finished: list[Finished]) -> None:
-    """After the group was destroyed: each finished Work still reports is_completed() True, exception() None and
-    is_success() True (where the backend answers it), and its tensor holds what it did. wait() is not called
-    again: gloo (torch 2.13.0) blocks in wait() on a finished Work of a destroyed group (seen on 2026-12-01)."""
+def expect_kept(ctx: CheckContext, finished: list[Finished], when: str = "after its group was destroyed") -> None:
+    """After what ``when`` names (its group destroyed, a later op of its group failed): each finished Work still
+    reports is_completed() True, exception() None and is_success() True (where the backend answers it), and its
+    tensor holds what it did. wait() is not called again: gloo (torch 2.13.0) blocks in wait() on a finished Work
+    of a destroyed group (seen on 2026-12-01)."""
     for op in finished:
-        _expect_state(ctx, op, "after its group was destroyed")
+        _expect_state(ctx, op, when)
 
 
 def _expect_state(ctx: CheckContext, op: Finished, when: str) -> None:
