@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from conformance.checks.common import ranked_values, work_success
+from conformance.checks.common import ranked_tensor, ranked_values, work_success
 from conformance.checks.reference import mismatch
 from conformance.checks.registry import CheckContext
 
@@ -31,14 +31,14 @@ def finish_works(ctx: CheckContext, group: dist.ProcessGroup, members: list[int]
     """On ``group`` (this rank a member): an async all_reduce and, at world size 2 or more, a
     ring of isend/irecv (the first member sending first); each waited on and judged exact, its Work kept."""
     me, n = ctx.rank, len(members)
-    total = _known(me, 0, ctx)
+    total = ranked_tensor(ctx, WIDTH)
     done = [Finished(f"{where}: async all_reduce (SUM)", dist.all_reduce(total, group=group, async_op=True), total,
                      [sum(c) for c in zip(*(ranked_values(m, WIDTH) for m in members))])]
     if n >= 2:
         at = members.index(me)
         to, frm = members[(at + 1) % n], members[(at - 1) % n]
         got = torch.full((WIDTH,), -1.0, dtype=torch.float32, device=ctx.device)
-        sent = _known(me, 1, ctx)
+        sent = ranked_tensor(ctx, WIDTH, salt=1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the lazy-P2P warning: P2P-LAZY-WARN-ONCE's subject
             # the first member sends first, the others receive first: a ring that completes where each
@@ -55,11 +55,6 @@ def finish_works(ctx: CheckContext, group: dist.ProcessGroup, members: list[int]
         op.work.wait()
         _expect_state(ctx, op, "after wait()")
     return done
-
-
-def _known(rank: int, salt: int, ctx: CheckContext) -> torch.Tensor:
-    """Rank ``rank``'s known float32 input (``ranked_values``) on this rank's device."""
-    return torch.tensor(ranked_values(rank, WIDTH, salt), dtype=torch.float32, device=ctx.device)
 
 
 def expect_kept(ctx: CheckContext, finished: list[Finished], when: str = "after its group was destroyed") -> None:
