@@ -17,14 +17,19 @@ for ``n`` ranks and the dtype's unit roundoff ``u = eps / 2``:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from conformance.checks.cases import WIDE_TAIL, stable_seed
 
 _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
+_THREAD = threading.local()  # each thread's generator (_rng)
+_SPREAD = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: seeds to far-apart 128-bit states, and PCG64's increment
+_SIGN, _MANTISSA, _MANTISSA_HALF, _EXPONENT_BIAS = -(1 << 63), (1 << 52) - 1, 1 << 51, 1023  # float64's fields
 
 
 def _int_range(dtype: torch.dtype, op: str | None, n: int) -> tuple[int, int]:
@@ -78,30 +83,29 @@ def draw(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, seed
          window: tuple[int, int] = (0, 0)) -> torch.Tensor:
     """``count`` values of ``dtype`` of value kind ``kind``, safe to reduce by ``op`` over ``n`` ranks (CPU);
     a "narrow" kind's values lie in ``window``."""
-    g = torch.Generator().manual_seed(seed)
+    rng = _rng(seed)
     if dtype == torch.bool:
-        return torch.randint(0, 2, (count,), generator=g).bool()
+        return _randint(0, 1, count, rng).bool()
     if kind == "small" or count == 0:
-        return _draw_small(dtype, op, count, g)
+        return _draw_small(dtype, op, count, rng)
     if kind == "narrow":
-        return _draw_narrow(dtype, op, n, count, window, g)
+        return _draw_narrow(dtype, op, n, count, window, rng)
     if not dtype.is_floating_point:
-        return _draw_int(kind, dtype, op, n, count, g)
-    return _draw_float(kind, dtype, op, n, count, g)
+        return _draw_int(kind, dtype, op, n, count, rng)
+    return _draw_float(kind, dtype, op, n, count, rng)
 
 
-def _draw_small(dtype: torch.dtype, op: str | None, count: int, g: torch.Generator) -> torch.Tensor:
+def _draw_small(dtype: torch.dtype, op: str | None, count: int, rng: np.random.Generator) -> torch.Tensor:
     """Small integers (powers of two for PRODUCT): exact through every op in every dtype."""
     if op == "PRODUCT":
         pick = torch.tensor([1.0, -1.0, 2.0, 0.5, -2.0] if dtype.is_floating_point else [1, -1, 2, 1, 1])
-        vals = pick[torch.randint(0, 5, (count,), generator=g)]
+        vals = pick[_randint(0, 4, count, rng)]
         return vals.abs().to(dtype) if dtype == torch.uint8 else vals.to(dtype)
-    low = 1 if dtype == torch.uint8 else -4
-    return torch.randint(low, 9 if dtype == torch.uint8 else 5, (count,), generator=g).to(dtype)
+    return (_randint(1, 8, count, rng) if dtype == torch.uint8 else _randint(-4, 4, count, rng)).to(dtype)
 
 
 def _draw_narrow(dtype: torch.dtype, op: str | None, n: int, count: int, window: tuple[int, int],
-                 g: torch.Generator) -> torch.Tensor:
+                 rng: np.random.Generator) -> torch.Tensor:
     """Integers in ``window`` clipped to the op's safe range, its top and bottom first (then uniform)."""
     if dtype.is_floating_point:
         top = 2.0 ** _float_exponents(dtype, op, n)[1]
@@ -111,46 +115,47 @@ def _draw_narrow(dtype: torch.dtype, op: str | None, n: int, count: int, window:
         safe_lo, safe_hi = _int_range(dtype, op, n)
         lo, hi = max(window[0], safe_lo), min(window[1], safe_hi)
     lo = min(lo, hi)  # a window wholly above the safe range (every window reaches 0 or above): the safe top
-    vals = _randint(lo, hi, count, g)
+    vals = _randint(lo, hi, count, rng)
     vals[: min(2, count)] = torch.tensor([hi, lo][: min(2, count)])
     return vals.to(dtype)
 
 
-def _draw_int(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int, g: torch.Generator) -> torch.Tensor:
+def _draw_int(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int,
+              rng: np.random.Generator) -> torch.Tensor:
     lo, hi = _int_range(dtype, op, n)
     if kind == "unsigned high" and dtype == torch.uint8:
         lo = 128
     if kind == "extremes":
         pick = torch.tensor(sorted({lo, hi, lo + 1, hi - 1, 0, max(lo, -1), min(hi, 1)}), dtype=torch.int64)
-        vals = pick[torch.randint(0, len(pick), (count,), generator=g)]
+        vals = pick[_randint(0, len(pick) - 1, count, rng)]
         vals[: min(2, count)] = torch.tensor([lo, hi][: min(2, count)])
         return vals.to(dtype)
-    return _randint(lo, hi, count, g).to(dtype)
+    return _randint(lo, hi, count, rng).to(dtype)
 
 
 def _draw_float(kind: str, dtype: torch.dtype, op: str | None, n: int, count: int,
-                g: torch.Generator) -> torch.Tensor:
+                rng: np.random.Generator) -> torch.Tensor:
+    """sign x mantissa x 2 ** exponent (an exponent in the op's safe range), built as a float64 bit pattern from a
+    random word (its sign bit and 52 mantissa bits) and a drawn exponent, then rounded to ``dtype``."""
     if op is None and kind == "full range":  # any finite bit pattern: subnormals, every mantissa bit
         size = torch.empty((), dtype=dtype).element_size()
-        bits = torch.randint(-(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1, (count,), generator=g,
-                             dtype=torch.int64).to(_BITS[size])
-        vals = bits.view(dtype)
+        vals = _words(count, rng).to(_BITS[size]).view(dtype)  # the word's low bits
         vals = torch.where(torch.isfinite(vals), vals, torch.zeros((), dtype=dtype))
         first = movement_specials(dtype)[:count]
         vals[: first.numel()] = first
         return vals
     lo_e, hi_e = _float_exponents(dtype, op, n)
-    sign = torch.randint(0, 2, (count,), generator=g).double() * 2 - 1
     if kind == "extremes":
-        exps = torch.tensor([lo_e, hi_e, 0], dtype=torch.float64)[torch.randint(0, 3, (count,), generator=g)]
-        mant = torch.ones(count, dtype=torch.float64)
-        exps[: min(2, count)] = torch.tensor([float(hi_e), float(lo_e)][: min(2, count)])
+        exps = torch.tensor([lo_e, hi_e, 0])[_randint(0, 2, count, rng)]
+        exps[: min(2, count)] = torch.tensor([hi_e, lo_e][: min(2, count)])
+        kept = _SIGN  # a mantissa of exactly 1
     else:
-        exps = torch.randint(lo_e, hi_e + 1, (count,), generator=g).double()
-        mant = 1 + torch.rand(count, generator=g, dtype=torch.float64)
-    if op == "PRODUCT":
-        mant = mant.clamp(max=1.5)  # (1.5 ** n) * 2 ** (top // n - 1) ** n stays below the dtype's max
-    return (sign * mant * torch.exp2(exps)).to(dtype)
+        exps = _randint(lo_e, hi_e, count, rng)
+        kept = _SIGN | _MANTISSA
+    bits = _words(count, rng) & kept
+    if op == "PRODUCT":  # a mantissa of at most 1.5: (1.5 ** n) * 2 ** (top // n - 1) ** n stays below the max
+        bits = (bits & _SIGN) | (bits & _MANTISSA).clamp_(max=_MANTISSA_HALF)
+    return (bits | ((exps + _EXPONENT_BIAS) << 52)).view(torch.float64).to(dtype)
 
 
 def nudged(vals: torch.Tensor, steps: int) -> torch.Tensor:
@@ -175,13 +180,26 @@ def movement_specials(dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor([-0.0, -info.smallest_normal * info.eps, math.inf, -math.inf], dtype=torch.float64).to(dtype)
 
 
-def _randint(lo: int, hi: int, count: int, g: torch.Generator) -> torch.Tensor:
-    """Uniform int64 in [lo, hi] (inclusive; torch.randint's high is exclusive and int64-bounded)."""
-    if hi < 2**63 - 1:
-        return torch.randint(lo, hi + 1, (count,), generator=g, dtype=torch.int64)
-    vals = torch.randint(lo, hi, (count,), generator=g, dtype=torch.int64)
-    vals[torch.randint(0, 2, (count,), generator=g).bool() & (vals == lo)] = hi
-    return vals
+def _rng(seed: int) -> np.random.Generator:
+    """This thread's numpy PCG64 generator, set to the stream of ``seed``: about three times as fast per value as
+    torch's CPU generator (a MiB case draws every member's input on every rank). Its 128-bit state is set from the
+    seed directly: numpy's seeding through a SeedSequence costs 48 us, more than most draws' values."""
+    gen = getattr(_THREAD, "rng", None)
+    if gen is None:
+        gen = _THREAD.rng = np.random.Generator(np.random.PCG64(0))
+    gen.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": seed * _SPREAD % 2**128, "inc": _SPREAD},
+                               "has_uint32": 0, "uinteger": 0}
+    return gen
+
+
+def _words(count: int, rng: np.random.Generator) -> torch.Tensor:
+    """``count`` random int64 words, every bit uniform."""
+    return torch.from_numpy(rng.bit_generator.random_raw(count).view(np.int64))
+
+
+def _randint(lo: int, hi: int, count: int, rng: np.random.Generator) -> torch.Tensor:
+    """Uniform int64 in [lo, hi] (inclusive; int64's whole range too)."""
+    return torch.from_numpy(rng.integers(lo, hi, count, dtype=np.int64, endpoint=True))
 
 
 def wide_positions(case_seed: int, count: int) -> list[int]:
@@ -224,52 +242,54 @@ class Expected:
 
 
 def reduce(columns: Sequence[torch.Tensor], op: str, dtype: torch.dtype) -> Expected:
-    """The reduction by ``op`` of the members' inputs (rank order), exact or with the tolerance model."""
+    """The reduction by ``op`` of the members' inputs (rank order), exact or with the tolerance model. Folded
+    column by column into one accumulator (no stack of every member's widened copy: at MiB sizes that allocation
+    and its page faults cost more than the arithmetic)."""
     if dtype == torch.bool:
-        stack = torch.stack([c.long() for c in columns])
-        out = {"SUM": stack.amax(0), "MAX": stack.amax(0), "BOR": stack.amax(0), "PRODUCT": stack.amin(0),
-               "MIN": stack.amin(0), "BAND": stack.amin(0), "BXOR": stack.sum(0) % 2}[op]
-        return Expected(out.bool())
+        fold = {"SUM": torch.logical_or, "MAX": torch.logical_or, "BOR": torch.logical_or,
+                "PRODUCT": torch.logical_and, "MIN": torch.logical_and, "BAND": torch.logical_and,
+                "BXOR": torch.logical_xor}[op]
+        return Expected(_fold(columns, torch.bool, fold))
     if not dtype.is_floating_point:
-        return _reduce_int(torch.stack([c.long() for c in columns]), op, dtype)
-    return _reduce_float(torch.stack([c.double() for c in columns]), op, dtype)
+        return _reduce_int(columns, op, dtype)
+    return _reduce_float(columns, op, dtype)
 
 
-def _reduce_int(stack: torch.Tensor, op: str, dtype: torch.dtype) -> Expected:
+def _fold(columns: Sequence[torch.Tensor], wide: torch.dtype, fn: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """``fn(acc, column, out=acc)`` from the first column to the last, in ``wide`` (the columns are left as they
+    are)."""
+    acc = columns[0].to(wide, copy=True)
+    for column in columns[1:]:
+        fn(acc, column.to(wide), out=acc)
+    return acc
+
+
+def _reduce_int(columns: Sequence[torch.Tensor], op: str, dtype: torch.dtype) -> Expected:
     if op in ("SUM", "PRODUCT") and dtype == torch.uint8:  # wraps modulo 256, step by step
-        acc = stack[0].clone()
-        for row in stack[1:]:
-            acc = (acc + row if op == "SUM" else acc * row) & 255
-        return Expected(acc.to(dtype))
-    out = {"SUM": lambda s: s.sum(0), "PRODUCT": lambda s: s.prod(0), "MIN": lambda s: s.amin(0),
-           "MAX": lambda s: s.amax(0), "BAND": _fold(torch.bitwise_and), "BOR": _fold(torch.bitwise_or),
-           "BXOR": _fold(torch.bitwise_xor)}[op](stack)
-    return Expected(out.to(dtype))
+        step = torch.add if op == "SUM" else torch.mul
+        def wrap(acc: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            return torch.bitwise_and(step(acc, x, out=out), 255, out=out)
+        return Expected(_fold(columns, torch.int64, wrap).to(dtype))
+    fn = {"SUM": torch.add, "PRODUCT": torch.mul, "MIN": torch.minimum, "MAX": torch.maximum,
+          "BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[op]
+    return Expected(_fold(columns, torch.int64, fn).to(dtype))
 
 
-def _reduce_float(stack: torch.Tensor, op: str, dtype: torch.dtype) -> Expected:
+def _reduce_float(columns: Sequence[torch.Tensor], op: str, dtype: torch.dtype) -> Expected:
     """float64 reference of the members' values (exact in float64 for MIN/MAX), with the tolerance model."""
-    n = stack.shape[0]
+    n = len(columns)
     if op in ("MIN", "MAX"):
-        return Expected((stack.amin(0) if op == "MIN" else stack.amax(0)).to(dtype))
+        return Expected(_fold(columns, torch.float64, torch.minimum if op == "MIN" else torch.maximum).to(dtype))
     info = torch.finfo(dtype)
     u, tiny = info.eps / 2, info.smallest_normal * info.eps
     if op == "PRODUCT":
-        ref = stack.prod(0)
+        ref = _fold(columns, torch.float64, torch.mul)
         return Expected(ref, 2 * n * u * ref.abs() + tiny)
-    ref, spread = stack.sum(0), stack.abs().sum(0)
+    ref = _fold(columns, torch.float64, torch.add)
+    spread = _fold([c.abs() for c in columns], torch.float64, torch.add)
     if op == "AVG":
         return Expected(ref / n, 2 * u * spread + 2 * u * (ref / n).abs() + tiny)
     return Expected(ref, 2 * n * u * spread + tiny)
-
-
-def _fold(fn: object) -> object:
-    def run(stack: torch.Tensor) -> torch.Tensor:
-        acc = stack[0].clone()
-        for row in stack[1:]:
-            acc = fn(acc, row)  # type: ignore[operator]
-        return acc
-    return run
 
 
 def mismatch(got: torch.Tensor, want: Expected) -> str | None:
