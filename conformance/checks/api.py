@@ -153,6 +153,7 @@ def work_future(ctx: CheckContext) -> None:
         _expect_alias(ctx, op, carried, out, want)
         ctx.expect_equal(f"{op}: a callback chained with future.then()", "ran", chained.wait())
         ctx.expect_equal(f"{op}: times the callback ran", 1, len(seen))
+    _works_in_flight(ctx)
     held += _zero_timeout_waits(ctx, before)
     _completes_unwaited(ctx)
     late_callbacks = _pending_callbacks(ctx)
@@ -165,6 +166,32 @@ def work_future(ctx: CheckContext) -> None:
             _holds_no_exit(ctx, what, threads)
     if late_callbacks:  # raised at the end: the other ranks do not wait for this one in a later op
         raise CheckFailed("; ".join(late_callbacks))
+
+
+def _works_in_flight(ctx: CheckContext) -> None:
+    """Async ops launched one after another before any is waited on, each Work kept (DDP's buckets, FSDP's
+    prefetches): then each Work's wait() returns True, its output is exact, and its future, taken at its launch and
+    taken again once the last op was launched, carries its own op's output. A Work is its op's (c10d makes one per
+    op): a backend that hands every op one pooled Work, its result overwritten by the next op, gives the reader of
+    an earlier op the later op's tensors. reduce_scatter_tensor is left out: gloo's Work has none (see above)."""
+    n = ctx.world_size
+    again = torch.full((5,), float(ctx.rank + 1) * 100, device=ctx.device)
+    cases = [*_async_cases(ctx)[:3], ("a second all_reduce", lambda: dist.all_reduce(again, async_op=True), again,
+                                      [100.0 * (n * (n + 1) // 2)] * 5)]
+    launched = []
+    for op, launch, out, want in cases:
+        work = launch()
+        launched.append((f"{op}, launched with {len(cases) - 1} other async ops in flight", work, work.get_future(),
+                         out, want))
+    for what, work, _, _, _ in reversed(launched):
+        ctx.expect_equal(f"{what}: work.wait(timeout)", True, work.wait(timeout=timedelta(seconds=ctx.timeout_s)))
+    for what, work, at_launch, out, want in launched:
+        expect_exact(ctx, out, want, f"{what}: the output")
+        for taken, future in (("at its launch", at_launch), ("after the last op was launched", work.get_future())):
+            value = future.wait()
+            carried, _ = _future_tensor(value)
+            ctx.expect(carried is not None and mismatch(carried, want, out.dtype) is None,
+                       f"{what}: the future taken {taken}", want, value if carried is None else carried.tolist())
 
 
 # Work calls in the orders a caller makes them: "wait" (work.wait(timeout) returns True), "poll" (is_completed()
