@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from simulator.errors import CollectiveMismatch
-from simulator.payload import nbytes, offsets, tdesc
+from simulator.payload import misfit, nbytes, offsets, tdesc
 from simulator.reduction import dtype_name, reduce_into, unsupported
 from simulator.wire import Splits
 
@@ -59,9 +59,8 @@ class ListCollectives:
     def gather_single(self, output: Tensor, input: Tensor, root: int) -> None:
         """On the root, ``output`` := every rank's input concatenated along dim 0."""
         err = self._check_root(root)
-        if err is None and self.me == root and (output.dtype != input.dtype
-                                                or output.numel() != self.n * input.numel()):
-            err = f"output {tdesc(output)} must hold {self.n} x input {tdesc(input)}"
+        if err is None and self.me == root:
+            err = misfit("output", output, "input", input, self.n)
         with self._coll_lock:
             o = self._begin("gather_single", f"gather_single({tdesc(input)}, root={root})", err, [input])
             if self.me == root:

@@ -31,7 +31,7 @@ from simulator.collectives import ListCollectives
 from simulator.control import Boot, ControlPlane
 from simulator.errors import CollectiveMismatch, SimError
 from simulator.p2p import P2PPlane
-from simulator.payload import from_text, layout, nbytes, pack, pack_into, tdesc, to_text, typed
+from simulator.payload import from_text, layout, misfit, nbytes, pack, pack_into, tdesc, to_text, typed
 from simulator.reduction import KERNEL, Kernel, dtype_name, reduce_into, unsupported
 from simulator.slots import SlotPlane
 from simulator.wire import OpMeta, Splits
@@ -261,10 +261,8 @@ class Fabric(ListCollectives):
         if len(outputs) != len(inputs):
             err = f"{len(outputs)} outputs for {len(inputs)} inputs"
         else:
-            bad = [(o, i) for o, i in zip(outputs, inputs, strict=True)
-                   if o.dtype != i.dtype or o.numel() != self.n * i.numel()]
-            if bad:
-                err = f"output {tdesc(bad[0][0])} must hold {self.n} x input {tdesc(bad[0][1])}"
+            err = next(filter(None, (misfit("output", o, "input", i, self.n)
+                                     for o, i in zip(outputs, inputs, strict=True))), None)
         pairs = ", ".join(f"{tdesc(i)}->{tdesc(o)}" for o, i in zip(outputs, inputs, strict=False))
         with self._coll_lock:
             o = self._begin("all_gather_into_tensor", f"all_gather_into_tensor({pairs})", err, inputs)
@@ -282,10 +280,8 @@ class Fabric(ListCollectives):
         if len(outputs) != len(inputs):
             err = f"{len(outputs)} outputs for {len(inputs)} inputs"
         else:
-            bad = [(o, i) for o, i in zip(outputs, inputs, strict=True)
-                   if o.dtype != i.dtype or i.numel() != self.n * o.numel()]
-            if bad:
-                err = f"input {tdesc(bad[0][1])} must hold {self.n} x output {tdesc(bad[0][0])}"
+            err = next(filter(None, (misfit("input", i, "output", o, self.n)
+                                     for o, i in zip(outputs, inputs, strict=True))), None)
             err = err or next((e for e in (unsupported(t.dtype, op) for t in inputs) if e), None)
         pairs = ", ".join(f"{tdesc(i)}->{tdesc(o)}" for o, i in zip(outputs, inputs, strict=False))
         with self._coll_lock:

@@ -19,6 +19,15 @@ def tdesc(t: Tensor) -> str:
     return f"{dtype_name(t.dtype)}[{','.join(map(str, t.shape))}]"
 
 
+def misfit(whole: str, big: Tensor, part: str, small: Tensor, n: int) -> str | None:
+    """Why ``big`` (named ``whole``) cannot hold ``n`` x ``small`` (named ``part``), or None when it can."""
+    if big.dtype != small.dtype:
+        return f"{whole} {tdesc(big)} and {part} {tdesc(small)} differ in dtype"
+    if big.numel() != n * small.numel():
+        return f"{whole} {tdesc(big)} has the wrong size: it must hold {n} x {part} {tdesc(small)}"
+    return None
+
+
 def nbytes(t: Tensor) -> int:
     """Bytes of the tensor's elements."""
     return t.numel() * t.element_size()

@@ -62,7 +62,14 @@ ABSENT_WAIT_S = 1.0  # the timeout of the group whose member never joins
 DIST_ERRORS: tuple[type[BaseException], ...] = (RuntimeError,)
 BAD_ARGS = ("all_gather: too few outputs", "all_gather: too many outputs", "all_to_all_single: split count",
             "all_to_all_single: split sum")
-BAD_TENSORS = ("all_to_all_single: rows differ", "all_to_all_single: 0-dim input")  # input and output do not fit
+# input and output do not fit: all_to_all_single's, and the single-tensor gather and scatter's whole one larger or
+# smaller than the group size times the other (torch's front end checks neither: v2.13.0 distributed_c10d.py
+# all_gather_into_tensor, reduce_scatter_tensor; ProcessGroupNCCL refuses 'output tensor size must be equal to
+# world_size times input tensor size' and 'input tensor must be the same size as output size times world size',
+# gloo 2.13.0 'invalid tensor size at index 0' and 'Check failed: outputShape[0] * worldSize == inputShape[0]', seen)
+BAD_TENSORS = ("all_to_all_single: rows differ", "all_to_all_single: 0-dim input",
+               "all_gather_into_tensor: output too large", "all_gather_into_tensor: output too small",
+               "reduce_scatter_tensor: input too large", "reduce_scatter_tensor: input too small")
 # A bitwise reduction of a floating tensor has no meaning: gloo refuses it on every rank ('Cannot use ReduceOp.BOR
 # with non-integral dtype', seen on torch 2.13.0 for all_reduce, reduce and reduce_scatter_tensor, float32 and
 # bfloat16), NCCL has no bitwise reduction at all (ProcessGroupNCCL.cpp getNcclReduceOp: 'Cannot use ReduceOp.BAND
@@ -183,15 +190,30 @@ def _bad_call(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callabl
     if kind == "all_to_all_single: split count":
         out, inp, splits = _a2a_args(ctx, [1] * (n + 1))  # the right sum, one size too many
         return lambda: dist.all_to_all_single(out[:n + 1], inp, splits, splits, group=group)
+    if kind in BAD_TENSORS:
+        return _misfit_call(ctx, kind, group)
+    out, inp, splits = _a2a_args(ctx, None)  # kind == "all_to_all_single: split sum": n sizes, one row too many
+    wrong = [*splits[:-1], 2]
+    return lambda: dist.all_to_all_single(out[:n], inp, wrong, splits, group=group)
+
+
+def _misfit_call(ctx: CheckContext, kind: str, group: dist.ProcessGroup) -> Callable[[], Any]:
+    """A call (``BAD_TENSORS``) whose input and output do not fit each other: all_to_all_single's, or
+    all_gather_into_tensor's and reduce_scatter_tensor's with one piece of 2 elements per rank, whose whole tensor
+    has a piece too many (a tail a backend would leave unwritten) or one element too few."""
+    n = ctx.world_size
     if kind == "all_to_all_single: rows differ":  # n rows of 2 elements into n rows of 3, one dtype, no split sizes
         inp2, out3 = torch.ones(n, 2, device=ctx.device), torch.full((n, 3), -1.0, device=ctx.device)
         return lambda: dist.all_to_all_single(out3, inp2, group=group)
     if kind == "all_to_all_single: 0-dim input":  # a scalar into a 1-dim output of one row per rank
         scalar, out1 = torch.tensor(1.0, device=ctx.device), torch.full((n,), -1.0, device=ctx.device)
         return lambda: dist.all_to_all_single(out1, scalar, group=group)
-    out, inp, splits = _a2a_args(ctx, None)  # kind == "all_to_all_single: split sum": n sizes, one row too many
-    wrong = [*splits[:-1], 2]
-    return lambda: dist.all_to_all_single(out[:n], inp, wrong, splits, group=group)
+    whole = 2 * n + (2 if "large" in kind else -1)
+    if kind.startswith("all_gather"):
+        out, inp = torch.full((whole,), -1.0, device=ctx.device), torch.ones(2, device=ctx.device)
+        return lambda: dist.all_gather_into_tensor(out, inp, group=group)
+    shard, big = torch.full((2,), -1.0, device=ctx.device), torch.ones(whole, device=ctx.device)
+    return lambda: dist.reduce_scatter_tensor(shard, big, group=group)
 
 
 def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
@@ -201,6 +223,8 @@ def _bad_needles(ctx: CheckContext, kind: str) -> tuple[Needle, ...]:
         _, op_name, dtype = _bitwise_parts(kind)
         return ((op_name, op_name.lower(), {"BAND": "bitwise_and", "BOR": "bitwise_or", "BXOR": "bitwise_xor"}[op_name],
                  *refusal_names(None, dtype), "integral", "integer", "floating"),)
+    if kind.startswith(("all_gather_into_tensor", "reduce_scatter_tensor")):  # NCCL and gloo: "size"; toyccl's
+        return (("size", "shape", "numel", "element", "hold"),)  # "input [6] must hold 2 x output [2]"
     if kind.startswith("all_gather"):  # the group size and the number of outputs given
         return (("output", "tensor list"), str(n), str(n - 1 if "few" in kind else n + 3))
     if kind == "all_to_all_single: split count":  # gloo: "Number of tensor splits not equal to group size"
@@ -223,6 +247,8 @@ def _valid_call(ctx: CheckContext, op: str, group: dist.ProcessGroup) -> Callabl
         out, inp, splits = _a2a_args(ctx, None)
         return lambda: dist.all_to_all_single(out[:n], inp, splits, splits, group=group, async_op=True)
     mine = torch.ones(2 * n, device=ctx.device)
+    if op == "all_gather_into_tensor":
+        return lambda: dist.all_gather_into_tensor(mine, torch.ones(2, device=ctx.device), group=group, async_op=True)
     if op == "all_reduce":
         return lambda: dist.all_reduce(mine, group=group, async_op=True)
     if op == "reduce":
