@@ -41,8 +41,17 @@ SYMPTOM = {
 }
 
 
+# toyccl moves every byte through the store, and a failing data case is shrunk: COLL-ALLREDUCE-OPS on a variant took
+# 16 s alone and 40-51 s beside test_frontend_scale's 16 ranks on 2 cores (2026-12-01). The verdict, not the
+# host's speed, is under test. A variant whose bug hangs the check (an irecv that blocks its batch) waits out its
+# timeout: it keeps a short one.
+PATIENT_TIMEOUT_S, HANGING_TIMEOUT_S = 120.0, 20.0
+HANGS = frozenset({"toyccl_blocking_irecv"})
+
+
 def _result(pools: PoolSet, backend: str, module: str, requirement: str, capabilities: str = "") -> tuple[str, str]:
-    run = run_suite("vendor", [2], selection=Selection(ids=(requirement,)), pools=pools, timeout_s=20.0,
+    timeout_s = HANGING_TIMEOUT_S if backend in HANGS else PATIENT_TIMEOUT_S
+    run = run_suite("vendor", [2], selection=Selection(ids=(requirement,)), pools=pools, timeout_s=timeout_s,
                     target_options={"backend": backend, "module": module, "capabilities": capabilities})
     (result,) = run.results
     return result.outcome, result.detail
@@ -53,13 +62,23 @@ def test_every_variant_has_a_symptom() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_variant_fails_its_requirement_and_plain_toyccl_does_not(pools: PoolSet, name: str) -> None:
+def test_variant_fails_its_requirement(pools: PoolSet, name: str) -> None:
     _, bug, requirement = VARIANTS[name]
-    declares = DECLARES.get(name, "")
-    outcome, detail = _result(pools, name, "toyccl_flawed.variants", requirement, declares)
+    outcome, detail = _result(pools, name, "toyccl_flawed.variants", requirement, DECLARES.get(name, ""))
     # "error" too: plain toyccl has no reduce, so COLL-ROOTED's sweep stops there (after the broadcasts)
     assert outcome in ("fail", "error") and SYMPTOM[name] in detail, f"{name} ({bug}): {outcome}: {detail}"
+
+
+# plain toyccl once per requirement and declaration the variants are judged with (three share COLL-ALLREDUCE-OPS)
+PLAIN = sorted({(requirement, DECLARES.get(name, "")) for name, (_, _, requirement) in VARIANTS.items()})
+
+
+@pytest.mark.parametrize(("requirement", "declares"), PLAIN)
+def test_plain_toyccl_shows_none_of_the_variants_symptoms(pools: PoolSet, requirement: str, declares: str) -> None:
     outcome, detail = _result(pools, "toyccl", "toyccl", requirement, declares)
-    assert SYMPTOM[name] not in detail, f"plain toyccl on {requirement}: {outcome}: {detail}"
+    judged_here = [name for name, (_, _, req) in VARIANTS.items() if (req, DECLARES.get(name, "")) == (requirement,
+                                                                                                         declares)]
+    for name in judged_here:
+        assert SYMPTOM[name] not in detail, f"plain toyccl on {requirement} ({name}'s symptom): {outcome}: {detail}"
     if declares:  # the declaration is what judges it: plain toyccl passes with it, not merely skips
         assert outcome == "pass", f"plain toyccl on {requirement} declaring {declares}: {outcome}: {detail}"
