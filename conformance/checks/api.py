@@ -188,10 +188,7 @@ def _works_in_flight(ctx: CheckContext) -> None:
     for what, work, at_launch, out, want in launched:
         expect_exact(ctx, out, want, f"{what}: the output")
         for taken, future in (("at its launch", at_launch), ("after the last op was launched", work.get_future())):
-            value = future.wait()
-            carried, _ = _future_tensor(value)
-            ctx.expect(carried is not None and mismatch(carried, want, out.dtype) is None,
-                       f"{what}: the future taken {taken}", want, value if carried is None else carried.tolist())
+            _expect_carries(ctx, f"{what}: the future taken {taken}", future.wait(), want, out.dtype)
 
 
 # Work calls in the orders a caller makes them: "wait" (work.wait(timeout) returns True), "poll" (is_completed()
@@ -247,9 +244,14 @@ def _work_step(ctx: CheckContext, what: str, step: str, work: dist.Work, held: t
         value = seen[0]
     else:
         value = (held if step == "held" else work.get_future()).wait()
+    _expect_carries(ctx, f"{what}: the future's value", value, want, dtype)
+
+
+def _expect_carries(ctx: CheckContext, what: str, value: Any, want: list[float], dtype: torch.dtype) -> None:
+    """A future's ``value`` carries an output tensor holding ``want``."""
     carried, _ = _future_tensor(value)
-    ctx.expect(carried is not None and mismatch(carried, want, dtype) is None, f"{what}: the future's value",
-               want, value if carried is None else carried.tolist())
+    ctx.expect(carried is not None and mismatch(carried, want, dtype) is None, what, want,
+               value if carried is None else carried.tolist())
 
 
 def _grad_probe(weight: torch.Tensor, seen: list[tuple[bool, bool]]) -> Callable[[torch.futures.Future], str]:
