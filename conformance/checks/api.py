@@ -254,13 +254,15 @@ def _expect_carries(ctx: CheckContext, what: str, value: Any, want: list[float],
                value if carried is None else carried.tolist())
 
 
-def _grad_probe(weight: torch.Tensor, seen: list[tuple[bool, bool]]) -> Callable[[torch.futures.Future], str]:
-    """A callback that records the grad mode it runs under and whether a product of the future's tensor with
-    ``weight`` (which requires grad) requires grad: what a comm hook that computes on the result needs."""
+def _grad_probe(weight: torch.Tensor, seen: list[tuple[bool, bool, Any]]) -> Callable[[torch.futures.Future], str]:
+    """A callback that records the grad mode it runs under, whether a product of the future's tensor with
+    ``weight`` (which requires grad) requires grad (what a comm hook that computes on the result needs), and the
+    values the tensor holds as it runs (a future completed before the output was written shows the old ones)."""
     def callback(future: torch.futures.Future) -> str:
         carried, _ = _future_tensor(future.value())
         product = (carried.float().sum() * weight).sum() if carried is not None else None
-        seen.append((torch.is_grad_enabled(), product is not None and product.requires_grad))
+        seen.append((torch.is_grad_enabled(), product is not None and product.requires_grad,
+                     None if carried is None else carried.tolist()))
         return "ran"
     return callback
 
@@ -268,18 +270,21 @@ def _grad_probe(weight: torch.Tensor, seen: list[tuple[bool, bool]]) -> Callable
 def _pending_callbacks(ctx: CheckContext) -> list[str]:
     """A callback chained on the future of a Work that is still pending (an irecv whose sender sends ``LATE_S``
     after it was posted; an async all_reduce rank 0 joins ``LATE_S`` late) runs, once the op completes, with grad
-    mode on: the caller's mode and a new thread's default (grad mode is thread-local). gloo runs it in its worker
-    thread, NCCL in the thread that marks the future done; a backend that completes the future inside its own
-    no_grad block runs the user's code (DDP comm hooks, pipeline schedules computing on received tensors) without
-    autograd. The callback's own record (it ran, on the op's output) is the positive control. Where the call
-    itself waited for the late peer (the Work done when the callback was chained, which then runs in the caller's
-    thread), the case is still judged and that is noted. Returns this rank's findings."""
+    mode on and the op's output in the future's tensor (not the buffer's old values). Grad mode is the caller's and
+    a new thread's default (it is thread-local): gloo runs the callback in its worker thread, NCCL in the thread
+    that marks the future done; a backend that completes the future inside its own no_grad block runs the user's
+    code (DDP comm hooks, pipeline schedules computing on received tensors) without autograd. The callback's own
+    record (it ran, on the op's output) is the positive control. Where the call itself waited for the late peer
+    (the Work done when the callback was chained, which then runs in the caller's thread), the case is still judged
+    and that is noted. Returns this rank's findings."""
     r = ctx.rank
     weight = torch.ones(1, device=ctx.device, requires_grad=True)
     problems: list[str] = []
     for op in ("irecv", "all_reduce"):
-        seen: list[tuple[bool, bool]] = []
+        seen: list[tuple[bool, bool, Any]] = []
         buf = torch.full((2,), 1.0, device=ctx.device)
+        # the irecv's message is rank 0's 5.0s; the all_reduce sums every rank's 1.0s
+        output = [5.0] * 2 if op == "irecv" else [float(ctx.world_size)] * 2
         waiting = (r == 1) if op == "irecv" else (r != 0)
         dist.barrier()  # rank 0 joins LATE_S after it, as in _zero_timeout_waits
         if waiting:
@@ -310,10 +315,11 @@ def _pending_callbacks(ctx: CheckContext) -> list[str]:
                 work.wait()  # the op itself, so that the ranks stay in step
             else:
                 ran = chained.wait()
-                if (ran, seen) != ("ran", [(True, True)]):
-                    problems.append(f"rank {r}: {what}: expected it to run once with grad mode on and its product "
-                                    f"with a tensor that requires grad requiring grad, [(True, True)]; observed result "
-                                    f"{ran!r}, runs {seen} (grad mode, requires grad)")
+                if (ran, seen) != ("ran", [(True, True, output)]):
+                    problems.append(f"rank {r}: {what}: expected it to run once with grad mode on, its product "
+                                    f"with a tensor that requires grad requiring grad, and the op's output in the "
+                                    f"future's tensor, [(True, True, {output})]; observed result {ran!r}, runs {seen} "
+                                    "(grad mode, requires grad, the tensor's values)")
         dist.barrier()
     return problems
 
@@ -681,6 +687,10 @@ def _own_timeout(ctx: CheckContext) -> None:
     # a timeout belongs to its group: one made later with a shorter timeout leaves this group's alone (a backend
     # that sets it on the store every group shares gives every group the last one's)
     dist.new_group(ranks, timeout=timedelta(seconds=BRIEF_GROUP_S))
+    # a new_group given no timeout (None, new_group's default) gets torch's default for its backend, filled in by the
+    # front end (30 min; NCCL's 10 min: _new_group_with_tag, v2.13.0 distributed_c10d.py:5983, v2.15.0 :7190), not
+    # its world's; the subject here, so not capped to the check's: the runner stops a rank that hangs in it
+    unnamed = dist.new_group(ranks, timeout=None)
     where = (f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s; a group made after it: "
              f"{BRIEF_GROUP_S} s")
     # a call's own timeout is that call's (torch passes barrier's in BarrierOptions.timeout, v2.13.0
@@ -715,11 +725,37 @@ def _own_timeout(ctx: CheckContext) -> None:
     wrong = [f for f in agree(ctx, ranks, "own-timeout/late-peer", f"{what}: {finding}" if finding else "") if f]
     if wrong:
         raise CheckFailed("; ".join(wrong))
+    _default_timeout(ctx, unnamed, ranks)
     first_try = agree(ctx, ranks, "own-timeout/receives", received or "")[first]
     if first_try:
         again = agree(ctx, ranks, "own-timeout/receives", _late_messages(ctx, group, where, 1) or "")[first]
         if again:
             raise CheckFailed(f"in both of two tries: {first_try}; then {again}")
+
+
+def _default_timeout(ctx: CheckContext, group: dist.ProcessGroup, ranks: list[int]) -> None:
+    """On the world of timeout ``SHORT_WORLD_S``, an all_reduce on a new_group made without a timeout, its last rank
+    joining ``WELL_LATE_S`` after the others, gives exact data on every rank: torch gave the group its backend's
+    default timeout (minutes), so a backend that takes the world's for it (the default read as 'unset') fails."""
+    n, last = len(ranks), ranks[-1]
+    agree(ctx, ranks, "own-timeout/default", "")
+    if ctx.rank == last:
+        time.sleep(WELL_LATE_S)
+    t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
+    want = [float(n * (n + 1) // 2)] * 3
+    finding = ""
+    begun = time.monotonic()
+    try:
+        dist.all_reduce(t, group=group)
+        if mismatch(t, want, t.dtype) is not None:
+            finding = f"expected {want}, observed {t.tolist()}"
+    except RuntimeError as exc:
+        finding = f"expected {want}, observed after {time.monotonic() - begun:.1f} s {type(exc).__name__}: {exc}"
+    what = (f"rank {ctx.rank}: all_reduce on a new_group made without a timeout (torch's default for its backend) "
+            f"in a world of timeout {SHORT_WORLD_S} s, rank {last} {WELL_LATE_S} s late")
+    wrong = [f for f in agree(ctx, ranks, "own-timeout/default-done", f"{what}: {finding}" if finding else "") if f]
+    if wrong:
+        raise CheckFailed("; ".join(wrong))
 
 
 def _late_messages(ctx: CheckContext, group: dist.ProcessGroup, where: str, attempt: int,

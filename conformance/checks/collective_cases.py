@@ -80,11 +80,24 @@ ALL_OPS = tuple(ref.REDUCE_OPS)
 # and every dtype with every value kind
 ALL_REDUCE = _plan("all_reduce", True, ((("op", "dtype"), "values", ("full range",)), *DTYPE_VALUES,
                                         ("op", "size", gc.TINY)), op=ALL_OPS, layout=gc.CONTIGUOUS_LAYOUTS)
+# an input that shares its output's storage without sharing an element (both carved from one flat buffer, as a
+# communication arena or a flat parameter buffer holds them): the op is out of place all the same (NCCL takes it in
+# place only when sendbuff == recvbuff + rank * count), so a backend that tests the storage for in-place use leaves
+# its own slot unwritten
+IN_OUTPUTS_BUFFER = "in the output's buffer"
+
+
+def _valid_gather(d: dict[str, Any]) -> bool:
+    """all_gather's outputs are tensors of their own: an input in one buffer with them is the two tensor forms'."""
+    shared = d["in_layout"] == IN_OUTPUTS_BUFFER
+    return _valid(d) and (not shared or (d["kind"] != "all_gather" and d["out_layout"] == "flat"))
+
+
 # each kind with every layout of its input and its output, and every dtype with every value kind
 GATHER = _plan("gather/reduce_scatter", False, (("kind", "in_layout"), ("kind", "out_layout"), *DTYPE_VALUES,
-                                                *KIND_VALUES, ("kind", "size", gc.TINY)),
+                                                *KIND_VALUES, ("kind", "size", gc.TINY)), _valid_gather,
                kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
-               in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
+               in_layout=(*gc.CONTIGUOUS_LAYOUTS, IN_OUTPUTS_BUFFER), out_layout=gc.CONTIGUOUS_LAYOUTS)
 # the same kinds in place, as FSDP calls them: all_gather_into_tensor's input is this rank's slot of the output,
 # all_gather's is its own tensor of the output list, reduce_scatter_tensor's output is this rank's shard of the
 # input (NCCL: in place when sendbuff == recvbuff + rank * count); a plan of its own, so GATHER's cases stay
@@ -268,8 +281,11 @@ def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, c
     if kind == "reduce_scatter_tensor":
         op = case["op"]
         ins = member_inputs(ctx, case, members, shard * n, op)
-        out = data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape)
-        placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, stacked)
+        if in_layout == IN_OUTPUTS_BUFFER:
+            out, placed_in = data.one_buffer(shard, ins[ctx.rank], ctx.device)
+        else:
+            out = data.empty_like_layout(shard, dtype, out_layout, ctx.device, shape)
+            placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, stacked)
         what = _what(case, label, kind, shard * n) + f", {in_layout} input, {out_layout} output"
         if run(ctx, case, what, op, lambda: dist.reduce_scatter_tensor(out.view, placed_in.view,
                                                                         op=ref.REDUCE_OPS[op], group=group)):
@@ -280,10 +296,14 @@ def gather_case(ctx: CheckContext, group: Any, members: list[int], label: str, c
             expect_kept(ctx, what, placed_in, ins[ctx.rank])
         return
     ins = member_inputs(ctx, case, members, shard, None)
-    placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, shape)
     want = data.Expected(torch.cat([ins[m] for m in members]))
+    if in_layout == IN_OUTPUTS_BUFFER:  # all_gather_into_tensor's (_valid_gather)
+        out, placed_in = data.one_buffer(shard * n, ins[ctx.rank], ctx.device)
+    else:
+        placed_in = data.place(ins[ctx.rank], in_layout, ctx.device, shape)
     if kind == "all_gather_into_tensor":
-        out = data.empty_like_layout(shard * n, dtype, out_layout, ctx.device, stacked)
+        if in_layout != IN_OUTPUTS_BUFFER:
+            out = data.empty_like_layout(shard * n, dtype, out_layout, ctx.device, stacked)
         what = _what(case, label, kind, shard) + f", {in_layout} input, {out_layout} output"
         if run(ctx, case, what, None, lambda: dist.all_gather_into_tensor(out.view, placed_in.view, group=group)):
             expect(ctx, f"{what} in group-rank order {members}", out, want)

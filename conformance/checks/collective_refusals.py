@@ -24,6 +24,7 @@ last ranks always, and seeded samples.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -671,6 +672,46 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
         found.case(_recv_raises, ctx, what, pending.wait, peer_named, start)
         found.case(_stays_failed, ctx, what, pending, ("recv", peer_named))
     dist.barrier()
+    if anysource:
+        found.case(_p2p_after_failed_receive, ctx, anyg)
+        dist.barrier()
+
+
+def _p2p_after_failed_receive(ctx: CheckContext, group: dist.ProcessGroup) -> None:
+    """After rank 0's recv from any source on ``group`` failed, rank 1 sends rank 0 a tensor on that group and rank 0
+    receives it from rank 1: each call returns (rank 0's data exact) or raises, within the group's timeout plus slack;
+    a failed receive must not leave the group's later P2P hanging (gloo closes the pair and raises at once,
+    'Application timeout caused pair closure' and 'Connection closed by peer', seen on 2.13.0; NCCL aborts the
+    communicator). Each call runs in a thread of its own, so that one that hangs is reported, not waited on."""
+    if ctx.rank not in (0, 1):
+        return
+    limit = ABSENT_WAIT_S + PEER_SLACK_S
+    sent = [6.0, -2.5, 7.0]
+    buf = torch.zeros(3, device=ctx.device) if ctx.rank == 0 else torch.tensor(sent, device=ctx.device)
+    what = (f"{'recv from rank 1' if ctx.rank == 0 else 'send to rank 0'} on the group whose recv from any source "
+            "had just failed")
+    errors: list[BaseException | None] = []
+
+    def call() -> None:
+        try:
+            if ctx.rank == 0:
+                dist.recv(buf, src=1, group=group)
+            else:
+                dist.send(buf, dst=0, group=group)
+            errors.append(None)
+        except Exception as exc:  # noqa: BLE001 - any error is an answer; only a hang is not
+            errors.append(exc)
+
+    caller = threading.Thread(target=call, name="p2p-after-failed-receive", daemon=True)
+    caller.start()
+    caller.join(limit)
+    if caller.is_alive():
+        raise CheckFailed(f"rank {ctx.rank}: {what}: expected it to return or raise within {limit} s, observed it "
+                          "still blocked")
+    if errors[0] is not None:
+        ctx.note(f"{what}: raised {type(errors[0]).__name__}: {str(errors[0])[:160]}")
+    elif ctx.rank == 0:
+        ctx.expect_equal(f"{what}: the data", sent, buf.tolist())
 
 
 def _any_peer(ctx: CheckContext) -> Needle:

@@ -447,6 +447,18 @@ def empty_like_layout(count: int, dtype: torch.dtype, layout: str, device: objec
 SLOT_GAP = 3  # canary elements before, between and after the slots of one buffer
 
 
+def one_buffer(out_count: int, flat_in: torch.Tensor, device: object) -> tuple[Placed, Placed]:
+    """An output of ``out_count`` canaries and an input holding ``flat_in``, disjoint views of one flat buffer (the
+    output first, then ``SLOT_GAP`` canaries, the input and ``SLOT_GAP`` more): one storage, no shared element. Each
+    backing holds its view and the gaps beside it, so a write past either view shows."""
+    count, dtype = flat_in.numel(), flat_in.dtype
+    start = out_count + SLOT_GAP
+    buffer = torch.full((start + count + SLOT_GAP,), canary(dtype), dtype=dtype, device=device)
+    buffer[start:start + count] = flat_in.to(device)
+    return (Placed(buffer[:out_count], buffer[:start], "output (in one buffer with the input)"),
+            Placed(buffer[start:start + count], buffer[out_count:], "input (in one buffer with the output)"))
+
+
 def empty_slots(k: int, count: int, dtype: torch.dtype, layout: str, device: object,
                 shape: tuple[int, ...] | None = None) -> list[Placed]:
     """``k`` outputs of ``count`` elements for a list-form op, filled with the canary. In the ``offset`` layout they
