@@ -44,15 +44,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Modules that test the suite's own machinery (the mutation harness, signals and interrupted reports, xdist report
-# writing, vendor-import isolation, the CLI's argument checks, the rank pools, report rendering, the spec loader,
-# the check-source rules, CI's own pin and README): what they judge is ours, not torch's, and the simulator they
-# drive is judged on the newest torch by CI's stage 2 run and by the items left unmarked. Marked ``harness``;
-# CI's stage 2 (.ci/run) leaves them out; on another torch run them with `pytest tests -m harness` in its venv.
+# writing, vendor-import isolation, the CLI's argument checks, target registration by entry point, the rank pools,
+# report rendering, the spec loader, the check-source rules, CI's own pin and README): what they judge is ours, not
+# torch's, and the simulator they drive is judged on the newest torch by CI's stage 2 run and by the items left
+# unmarked. Marked ``harness``; CI's stage 2 (.ci/run) leaves them out; on another torch run them with
+# `pytest tests -m harness` in its venv.
 HARNESS_MODULES = frozenset({
     "test_mutation.py", "test_interrupts.py", "test_xdist_reports.py", "test_certify_import.py", "test_cli.py",
     "test_bad_input.py", "test_torch_pin.py", "test_readme.py", "test_spec.py", "test_check_rules.py",
-    "test_runner_faults.py", "runner/test_pool.py", "runner/test_hangs.py", "runner/test_messages.py",
-    "report/test_expectations.py", "report/test_judged.py", "report/test_records.py", "report/test_report.py"})
+    "test_runner_faults.py", "vendor/test_registration.py", "runner/test_pool.py", "runner/test_hangs.py",
+    "runner/test_messages.py", "report/test_expectations.py", "report/test_judged.py", "report/test_records.py",
+    "report/test_report.py"})
 # Modules that measure the checks' power on planted vendor bugs (toyccl variants, gap backends): each must fail its
 # requirement. Marked ``teeth``; like the defect matrix they run on CI's first torch, and CI's stage 2 leaves them
 # out (a whole-suite teeth measure per torch: scripts/torch_versions.py).
