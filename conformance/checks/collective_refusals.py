@@ -672,32 +672,38 @@ def _absent_sender(ctx: CheckContext, found: Findings) -> None:
         found.case(_recv_raises, ctx, what, pending.wait, peer_named, start)
         found.case(_stays_failed, ctx, what, pending, ("recv", peer_named))
     dist.barrier()
+    if peer is not None:  # each even rank's recv from its partner failed: the partner now sends on that group
+        even = min(ctx.rank, peer)
+        found.case(_p2p_after_failed_receive, ctx, named, even, even + 1, f"recv from rank {even + 1}")
+    dist.barrier()
     if anysource:
-        found.case(_p2p_after_failed_receive, ctx, anyg)
+        found.case(_p2p_after_failed_receive, ctx, anyg, 0, 1, "recv from any source")
         dist.barrier()
 
 
-def _p2p_after_failed_receive(ctx: CheckContext, group: dist.ProcessGroup) -> None:
-    """After rank 0's recv from any source on ``group`` failed, rank 1 sends rank 0 a tensor on that group and rank 0
-    receives it from rank 1: each call returns (rank 0's data exact) or raises, within the group's timeout plus slack;
-    a failed receive must not leave the group's later P2P hanging (gloo closes the pair and raises at once,
-    'Application timeout caused pair closure' and 'Connection closed by peer', seen on 2.13.0; NCCL aborts the
+def _p2p_after_failed_receive(ctx: CheckContext, group: dist.ProcessGroup, receiver: int, sender: int,
+                              failed: str) -> None:
+    """After ``receiver``'s ``failed`` receive on ``group`` raised, ``sender`` sends it a tensor on that group and
+    ``receiver`` receives it from ``sender``: each call returns (the data exact) or raises, within the group's timeout
+    plus slack; a failed receive must not leave the group's later P2P hanging (gloo closes the pair and raises at
+    once, 'Application timeout caused pair closure' and 'Connection closed by peer', seen on 2.13.0; NCCL aborts the
     communicator). Each call runs in a thread of its own, so that one that hangs is reported, not waited on."""
-    if ctx.rank not in (0, 1):
+    if ctx.rank not in (receiver, sender):
         return
     limit = ABSENT_WAIT_S + PEER_SLACK_S
-    sent = [6.0, -2.5, 7.0]
-    buf = torch.zeros(3, device=ctx.device) if ctx.rank == 0 else torch.tensor(sent, device=ctx.device)
-    what = (f"{'recv from rank 1' if ctx.rank == 0 else 'send to rank 0'} on the group whose recv from any source "
-            "had just failed")
+    sent = [6.0, -2.5, float(sender)]
+    receiving = ctx.rank == receiver
+    buf = torch.zeros(3, device=ctx.device) if receiving else torch.tensor(sent, device=ctx.device)
+    what = (f"{f'recv from rank {sender}' if receiving else f'send to rank {receiver}'} on the group where rank "
+            f"{receiver}'s {failed} had just failed")
     errors: list[BaseException | None] = []
 
     def call() -> None:
         try:
-            if ctx.rank == 0:
-                dist.recv(buf, src=1, group=group)
+            if receiving:
+                dist.recv(buf, src=sender, group=group)
             else:
-                dist.send(buf, dst=0, group=group)
+                dist.send(buf, dst=receiver, group=group)
             errors.append(None)
         except Exception as exc:  # noqa: BLE001 - any error is an answer; only a hang is not
             errors.append(exc)
@@ -710,7 +716,7 @@ def _p2p_after_failed_receive(ctx: CheckContext, group: dist.ProcessGroup) -> No
                           "still blocked")
     if errors[0] is not None:
         ctx.note(f"{what}: raised {type(errors[0]).__name__}: {str(errors[0])[:160]}")
-    elif ctx.rank == 0:
+    elif receiving:
         ctx.expect_equal(f"{what}: the data", sent, buf.tolist())
 
 
