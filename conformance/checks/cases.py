@@ -53,12 +53,19 @@ ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
 # lies in one narrow window at a smaller type's edge (data.NARROW_WINDOWS), or the ranks hold one whole-range tensor
 # a few units in the last place apart (data.nudged), or (WIDE_TAIL) a narrow tensor but for its last value and one
 # other in its second half, which take the whole range (a property of the whole tensor judged from a leading
-# sample shows), and each dtype meets each kind.
+# sample shows), or (SPARSE, floating dtypes) mostly zeros, and each dtype meets each kind.
 WIDE_TAIL = "narrow, wide tail"
-VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow", "near", WIDE_TAIL)
+# SPARSE: one element in data.SPARSE_ONE_IN from the whole range, at positions each rank draws (so ranks overlap in
+# some), every other element zero: -0.0 where the op moves data (a copy keeps the sign bit), +0.0 where it reduces
+# (the sign of a sum of zeros is the implementation's: torch's sum of two -0.0 is +0.0). Where a backend ships or
+# reduces a mostly-zero tensor by its non-zeros, its encoding shows (a -0.0 taken for zero, an index scatter that
+# does not accumulate). At 64 KiB (thousands of elements: past a sparse path's own threshold) or sampled sizes.
+SPARSE = "sparse"
+VALUE_KINDS = ("extremes", "full range", "unsigned high", "narrow", "near", WIDE_TAIL, SPARSE)
 # the boundary sizes WIDE_TAIL is drawn with (and any sampled one): a head of hundreds of values, past any sample a
 # shortcut would take, at a few KiB (the larger sizes meet the other kinds)
 _WIDE_TAIL_SIZES = ("4KiB-1e", "4KiB")
+_SPARSE_SIZES = ("64KiB-1e", "64KiB", "64KiB+1e")
 # where values a few units apart pass a tolerance (torch.allclose's rtol 1e-5: float32's ulp is 1.2e-7, int32's
 # whole-range values are about 1e9): a shortcut that compares approximately shows there, not in 8- or 16-bit types
 NEAR_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
@@ -66,9 +73,11 @@ NEAR_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 def values_apply(kind: str, dtype: torch.dtype, size: str | None = None) -> bool:
     """Whether value kind ``kind`` means something for ``dtype`` (bool has one range) and, where given, a tensor
-    of size label ``size`` (WIDE_TAIL needs room for a head)."""
+    of size label ``size`` (WIDE_TAIL needs room for a head, SPARSE thousands of elements)."""
     if kind == WIDE_TAIL:
         return dtype != torch.bool and (size is None or size in _WIDE_TAIL_SIZES or size.startswith("~"))
+    if kind == SPARSE:
+        return dtype.is_floating_point and (size is None or size in _SPARSE_SIZES or size.startswith("~"))
     if kind == "unsigned high":
         return dtype == torch.uint8
     if kind == "near":

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from conformance.checks.cases import WIDE_TAIL, stable_seed
+from conformance.checks.cases import SPARSE, WIDE_TAIL, stable_seed
 
 _BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.uint8}
 _THREAD = threading.local()  # each thread's generator (_rng)
@@ -202,6 +202,9 @@ def _randint(lo: int, hi: int, count: int, rng: np.random.Generator) -> torch.Te
     return torch.from_numpy(rng.integers(lo, hi, count, dtype=np.int64, endpoint=True))
 
 
+SPARSE_ONE_IN = 16  # a SPARSE tensor holds about one non-zero element in this many
+
+
 def wide_positions(case_seed: int, count: int) -> list[int]:
     """Where a WIDE_TAIL tensor of ``count`` values holds whole-range values: its last element and one drawn from
     its second half (a shortcut that samples a prefix, or the first and last elements, misses one of them)."""
@@ -226,6 +229,10 @@ def inputs(case_seed: int, rank: int, kind: str, dtype: torch.dtype, op: str | N
         wide = draw("full range", dtype, op, n, count, stable_seed(case_seed, rank, "wide"))
         at = wide_positions(case_seed, count)
         vals[at] = wide[at]
+    elif kind == SPARSE:
+        vals = draw("full range", dtype, op, n, count, stable_seed(case_seed, rank))
+        kept = _randint(0, SPARSE_ONE_IN - 1, count, _rng(stable_seed(case_seed, rank, "sparse"))) == 0
+        vals = torch.where(kept, vals, torch.tensor(0.0 if op else -0.0, dtype=vals.dtype))
     else:
         vals = draw(kind, dtype, op, n, count, stable_seed(case_seed, rank))
     if kind == "unsigned high" and dtype == torch.uint8 and rank % 2:

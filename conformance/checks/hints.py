@@ -471,9 +471,10 @@ def expect_untouched(ctx: CheckContext, options: Any, before: dict[str, Any], wh
 
 @check("HINT-UNKNOWN-WARN")
 def unknown_warn(ctx: CheckContext) -> None:
-    """Unknown hint keys warn, naming the key, and are ignored; the caller's options object keeps them, so a second
-    group made with the same object warns again and gets the same config. Where the target splits, split_group
-    given that object does the same (a split builds its communicator through another path of the backend)."""
+    """Unknown hint keys warn, naming the key (once per new_group), and are ignored; the caller's options object keeps
+    them, so a second group made with the same object warns again and gets the same config. Where the target
+    splits, split_group given that object does the same (a split builds its communicator through another path of
+    the backend)."""
     ctx.init_world("eager")
     ranks = list(range(ctx.world_size))
     options = options_part(ctx).make(hints={"bogusHint": "1", "netName": OPTIONS["net_name"]})
@@ -489,7 +490,12 @@ def unknown_warn(ctx: CheckContext) -> None:
             group = make()
         named, hidden = warned.matching(caught, lambda m: "bogusHint" in m)
         warned.expect_shown(ctx, hidden, f"{which}: the unknown hint 'bogusHint'")
-        ctx.expect(len(named) >= 1, f"{which}: warnings naming the unknown hint 'bogusHint'", ">= 1",
+        # a new_group's once: torchcomms walks a communicator's hints once at its init, warning once per unsupported
+        # key (populateNcclConfigFromHints), and the same warning twice for one group is a side effect run twice; a
+        # split may init more than one communicator on its way (the simulator's stacks warn for two), so at least one
+        once = which != "split_group given the same options object"
+        ctx.expect(len(named) == 1 if once else len(named) >= 1,
+                   f"{which}: warnings naming the unknown hint 'bogusHint'", 1 if once else ">= 1",
                    [str(w.message) for w in caught])
         hints = _config(ctx, group, f"{which} with an unknown hint").get("hints", {})
         ctx.expect("bogusHint" not in hints, f"{which}: unknown hint in the effective config", "ignored", hints)
