@@ -599,6 +599,8 @@ def _option_edges(ctx: CheckContext) -> None:
     edges: list[tuple[dict[str, Any], dict[str, Any]]] = [
         (fields, fields) for fields in ({"cga_cluster_size": 0}, {"cga_cluster_size": 8},
                                         {"min_ctas": 4, "max_ctas": 4},
+                                        # one bound of a pair set alone (the other unset: NCCL's default, not 0)
+                                        {"min_ctas": 2}, {"max_ctas": 2},
                                         *(case.fields for case in ctas_cases() if case.valid))]
     if "hints" in ctx.target.capabilities:
         edges += [(fields, {}) for fields in hint_edges()] + agreeing_hints()
