@@ -713,16 +713,7 @@ def _own_timeout(ctx: CheckContext) -> None:
     where += ")"
     agree(ctx, ranks, "own-timeout/start", "")
     received = _late_messages(ctx, group, where, 0, then_late=WELL_LATE_S) if n > 1 else None
-    t = torch.full((5,), float(ctx.rank + 1), device=ctx.device)
-    want = [float(n * (n + 1) // 2)] * 5
-    finding = ""
-    begun = time.monotonic()
-    try:
-        dist.all_reduce(t, group=group)
-        if mismatch(t, want, t.dtype) is not None:
-            finding = f"expected {want}, observed {t.tolist()}"
-    except RuntimeError as exc:
-        finding = f"expected {want}, observed after {time.monotonic() - begun:.1f} s {type(exc).__name__}: {exc}"
+    finding = _all_reduce_finding(ctx, group, n, 5)
     what = f"rank {ctx.rank}: all_reduce {where}, rank {last} {WELL_LATE_S} s late"
     wrong = [f for f in agree(ctx, ranks, "own-timeout/late-peer", f"{what}: {finding}" if finding else "") if f]
     if wrong:
@@ -735,6 +726,19 @@ def _own_timeout(ctx: CheckContext) -> None:
             raise CheckFailed(f"in both of two tries: {first_try}; then {again}")
 
 
+def _all_reduce_finding(ctx: CheckContext, group: dist.ProcessGroup, n: int, numel: int) -> str:
+    """An all_reduce SUM on ``group`` of ``numel`` elements holding rank + 1: '' when every element is the sum over
+    its ``n`` ranks, else what was observed instead (the values, or the error and after how long it came)."""
+    t = torch.full((numel,), float(ctx.rank + 1), device=ctx.device)
+    want = [float(n * (n + 1) // 2)] * numel
+    begun = time.monotonic()
+    try:
+        dist.all_reduce(t, group=group)
+    except RuntimeError as exc:
+        return f"expected {want}, observed after {time.monotonic() - begun:.1f} s {type(exc).__name__}: {exc}"
+    return "" if mismatch(t, want, t.dtype) is None else f"expected {want}, observed {t.tolist()}"
+
+
 def _default_timeout(ctx: CheckContext, group: dist.ProcessGroup, ranks: list[int]) -> None:
     """On the world of timeout ``SHORT_WORLD_S``, an all_reduce on a new_group made without a timeout, its last rank
     joining ``WELL_LATE_S`` after the others, gives exact data on every rank: torch gave the group its backend's
@@ -743,16 +747,7 @@ def _default_timeout(ctx: CheckContext, group: dist.ProcessGroup, ranks: list[in
     agree(ctx, ranks, "own-timeout/default", "")
     if ctx.rank == last:
         time.sleep(WELL_LATE_S)
-    t = torch.full((3,), float(ctx.rank + 1), device=ctx.device)
-    want = [float(n * (n + 1) // 2)] * 3
-    finding = ""
-    begun = time.monotonic()
-    try:
-        dist.all_reduce(t, group=group)
-        if mismatch(t, want, t.dtype) is not None:
-            finding = f"expected {want}, observed {t.tolist()}"
-    except RuntimeError as exc:
-        finding = f"expected {want}, observed after {time.monotonic() - begun:.1f} s {type(exc).__name__}: {exc}"
+    finding = _all_reduce_finding(ctx, group, n, 3)
     what = (f"rank {ctx.rank}: all_reduce on a new_group made without a timeout (torch's default for its backend) "
             f"in a world of timeout {SHORT_WORLD_S} s, rank {last} {WELL_LATE_S} s late")
     wrong = [f for f in agree(ctx, ranks, "own-timeout/default-done", f"{what}: {finding}" if finding else "") if f]
