@@ -140,6 +140,14 @@ ALLTOALL = _plan("all_to_all_single", False, (*DTYPE_VALUES, ("splits", "size", 
 # world size 4) or abort (world size 2): seen, each such case would cost every gloo run that long.
 ALLTOALL_OMITTED = _plan("all_to_all_single, split sizes omitted", False, splits=(BY_SENDER, BY_RECEIVER), row=ROWS,
                          in_layout=gc.CONTIGUOUS_LAYOUTS, out_layout=gc.CONTIGUOUS_LAYOUTS)
+# The last member sends and receives no row while the others exchange uneven blocks: its part in the collective is
+# only to take part (a rank that returns at once because its share is empty leaves its peers waiting and its next
+# collective paired with their this one). Contiguous tensors only: an empty tensor is contiguous whatever its strides,
+# so a strided layout would put a rank that accepts beside ranks that refuse (gloo 2.13 at world size 4 then aborts).
+ONE_IDLE = "last member idle"
+ALLTOALL_IDLE = Plan("all_to_all_single, last member idle", {
+    "splits": (ONE_IDLE,), "row": ROWS, "dtype": (torch.float32, torch.int64), "size": ("1", "odd 3", "4KiB"),
+    "values": ("full range",), "in_layout": ("flat",), "out_layout": gc.CONTIGUOUS_LAYOUTS})
 
 
 def rooted_plan(n: int, big: bool) -> Plan:
@@ -405,6 +413,18 @@ def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], lab
     expect_kept(ctx, what, placed_in, ins[ctx.rank][:placed_in.view.numel()])
 
 
+# Rows group rank i sends to group rank j of n, per split pattern, given the case's unit of rows
+SPLIT_ROWS: dict[str, Callable[[int, int, int, int], int]] = {
+    "even": lambda i, j, n, unit: unit,
+    "uneven": lambda i, j, n, unit: unit * ((i + 2 * j) % 3) + (i == j),
+    "zeros": lambda i, j, n, unit: 0 if (i + j) % 2 else unit + 1,
+    "all to one": lambda i, j, n, unit: unit + 1 if j == 0 else 0,
+    BY_SENDER: lambda i, j, n, unit: (unit + 1) * (i % 3),
+    BY_RECEIVER: lambda i, j, n, unit: (unit + 1) * (j % 3),
+    ONE_IDLE: lambda i, j, n, unit: 0 if n - 1 in (i, j) else unit * ((i + 2 * j) % 3) + (i == j),
+}
+
+
 def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str, case: Case) -> None:
     """all_to_all_single with the case's split pattern on tensors of rows of the case's row shape (split sizes count
     rows); ``size`` scales the rows each member sends."""
@@ -413,21 +433,7 @@ def alltoall_case(ctx: CheckContext, group: Any, members: list[int], label: str,
     per_row = math.prod(row)
     unit = max(1, gc.numel(case["size"], dtype, n) // max(1, n * n * per_row)) if case["size"] != "0" else 0
     pattern = case["splits"]
-
-    def rows(i: int, j: int) -> int:  # rows group rank i sends to group rank j
-        if pattern == "even":
-            return unit
-        if pattern == "uneven":
-            return unit * ((i + 2 * j) % 3) + (i == j)
-        if pattern == "zeros":
-            return 0 if (i + j) % 2 else unit + 1
-        if pattern == BY_SENDER:
-            return (unit + 1) * (i % 3)
-        if pattern == BY_RECEIVER:
-            return (unit + 1) * (j % 3)
-        return unit + 1 if j == 0 else 0  # all to one
-
-    sends = {m: [rows(i, j) for j in range(n)] for i, m in enumerate(members)}
+    sends = {m: [SPLIT_ROWS[pattern](i, j, n, unit) for j in range(n)] for i, m in enumerate(members)}
     ins = member_inputs(ctx, case, members, max(sum(s) for s in sends.values()) * per_row, None)
     offsets = {m: [sum(sends[m][:j]) * per_row for j in range(n)] for m in members}
     mine = ins[ctx.rank][:sum(sends[ctx.rank]) * per_row]
