@@ -4,6 +4,7 @@ family, each comparing with the exact reference of every member's seeded input (
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -105,6 +106,16 @@ IN_PLACE = _plan("gather/reduce_scatter in place", False, (("kind", "out_layout"
                                                           ("kind", "size", gc.TINY)),
                  kind=("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), op=ALL_OPS,
                  out_layout=gc.CONTIGUOUS_LAYOUTS)
+# Members that reach the call last to first (the highest global rank at once, each lower one ARRIVAL_STEP_S later):
+# a backend that places a member's piece by when it arrived, not by its rank, permutes the output everywhere but on
+# the last to arrive (members that call together hide it). Exact int64 data, contiguous tensors: the order is
+# what is judged; a plan of its own, so GATHER's cases stay as they were.
+LAST_TO_FIRST = "last to first"
+ARRIVAL_STEP_S = 0.1
+ARRIVAL_GATHER = Plan("gather/reduce_scatter, members arriving last to first", {
+    "kind": ("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor"), "op": ("SUM",),
+    "dtype": (torch.int64,), "size": ("odd 3", "64KiB+1e"), "values": ("full range",), "in_layout": ("flat",),
+    "out_layout": ("flat", "N-D"), "arrival": (LAST_TO_FIRST,)})
 # an expanded input (stride 0: every element one memory location, as `torch.tensor(v).expand(n)` gives) only where
 # the op reads it and writes elsewhere: all_reduce and broadcast write their input
 # how many dimensions a tensor in each layout of NONCONTIGUOUS has: all_gather's outputs have its input's shape
@@ -148,6 +159,9 @@ ONE_IDLE = "last member idle"
 ALLTOALL_IDLE = Plan("all_to_all_single, last member idle", {
     "splits": (ONE_IDLE,), "row": ROWS, "dtype": (torch.float32, torch.int64), "size": ("1", "odd 3", "4KiB"),
     "values": ("full range",), "in_layout": ("flat",), "out_layout": gc.CONTIGUOUS_LAYOUTS})
+ARRIVAL_ALLTOALL = Plan("all_to_all_single, members arriving last to first", {
+    "splits": ("uneven", "even"), "row": ((), (3,)), "dtype": (torch.int64,), "size": ("odd 3", "64KiB+1e"),
+    "values": ("full range",), "in_layout": ("flat",), "out_layout": ("flat",), "arrival": (LAST_TO_FIRST,)})
 
 
 def rooted_plan(n: int, big: bool) -> Plan:
@@ -200,6 +214,8 @@ def run(ctx: CheckContext, case: Case, what: str, op: str | None, fn: Callable[[
     ncclDataType_t alike (src/collectives.cc, src/enqueue.cc: no per-dtype path), so a backend that moves one
     dtype and refuses another has a bug in its data path, not a missing feature."""
     dtype = case["dtype"]
+    if dict(case.dims).get("arrival") == LAST_TO_FIRST:
+        time.sleep(ARRIVAL_STEP_S * (ctx.world_size - 1 - ctx.rank))
     if required is None:
         required = (op is None or required_reduction(ctx, op, dtype)) and not noncontiguous
     if required:

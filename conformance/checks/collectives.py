@@ -457,6 +457,8 @@ def gather_scatter_order(ctx: CheckContext) -> None:
                      members, label)
             run_plan(ctx, found, cc.IN_PLACE, lambda c, g=group, m=members, lb=label:
                      cc.in_place_case(ctx, g, m, lb, c), members, label)
+            run_plan(ctx, found, cc.ARRIVAL_GATHER, lambda c, g=group, m=members, lb=label:
+                     cc.gather_case(ctx, g, m, lb, c), members, label)
     found.case(_reduce_scatter_tensor_bad_input, ctx)
     found.case(_scalar_pieces, ctx)
     found.conclude()
@@ -609,7 +611,7 @@ def alltoall_uneven(ctx: CheckContext) -> None:
             for uneven in (False, True):
                 found.case(_alltoall_case, ctx, group, members, label, dtype, uneven)
         if label == "world" or members == list(range(1, ctx.world_size)):  # the unsorted group: hand-picked
-            for plan in (cc.ALLTOALL, cc.ALLTOALL_OMITTED, cc.ALLTOALL_IDLE):
+            for plan in (cc.ALLTOALL, cc.ALLTOALL_OMITTED, cc.ALLTOALL_IDLE, cc.ARRIVAL_ALLTOALL):
                 run_plan(ctx, found, plan, lambda c, g=group, m=members, lb=label:
                          cc.alltoall_case(ctx, g, m, lb, c), members, label)
     found.conclude()

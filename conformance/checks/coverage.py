@@ -24,10 +24,11 @@ def plans(world_size: int, any_source: bool = True) -> dict[str, list[tuple[Plan
     n = world_size
     return {
         "COLL-ALLREDUCE-OPS": [(cc.ALL_REDUCE, n)],
-        "COLL-GATHER-SCATTER-ORDER": [(cc.GATHER, n), (cc.IN_PLACE, n)],
+        "COLL-GATHER-SCATTER-ORDER": [(cc.GATHER, n), (cc.IN_PLACE, n), (cc.ARRIVAL_GATHER, n)],
         "COLL-ROOTED": [(cc.rooted_plan(n, big=True), n)],
         "COLL-NONCONTIGUOUS": [(cc.NONCONTIGUOUS, n)],
-        "COLL-ALLTOALL-UNEVEN": [(cc.ALLTOALL, n), (cc.ALLTOALL_OMITTED, n), (cc.ALLTOALL_IDLE, n)],
+        "COLL-ALLTOALL-UNEVEN": [(cc.ALLTOALL, n), (cc.ALLTOALL_OMITTED, n), (cc.ALLTOALL_IDLE, n),
+                                 (cc.ARRIVAL_ALLTOALL, n)],
         "P2P-DATA": [(p2p_cases.plan(fake), n)],  # type: ignore[arg-type]
         "COAL-SYNC-RESULTS": [(coalescing_cases.PLAN, n)],
         "COAL-BATCH-WAIT": [(batch_cases.PLAN, n)],

@@ -527,12 +527,42 @@ def data(ctx: CheckContext) -> None:
                    f"an error naming one of {list(words)}", str(exc))
         ctx.note(f"non-contiguous P2P refused clearly: {exc}")
         dist.barrier()
+        _unflattenable_views(ctx)
         return _beyond_views(ctx)
     expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
     ctx.expect_equal("non-contiguous view received into a non-contiguous view", expected.tolist(),
                      view[:, 1::2].cpu().tolist())
     ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
+    _unflattenable_views(ctx)
     _beyond_views(ctx)
+
+
+def _unflattenable_views(ctx: CheckContext) -> None:
+    """A transposed view sent into a column slice of a wider buffer: neither is one run of evenly spaced elements
+    (the views above are: every other element, which ``reshape(-1)`` still views), so a backend that writes through
+    a flattened copy loses the message. Exact data in logical order and the columns beside the slice untouched, or
+    a refusal naming contiguity on a group of its own (a message one side refused is left on that group only)."""
+    n, r = ctx.world_size, ctx.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    group = ctx.new_group(list(range(n)))
+    sent = (torch.arange(24, dtype=torch.float32) + 100 * r).reshape(4, 6).to(ctx.device).t()
+    wide = torch.zeros(6, 7, device=ctx.device)
+    what = "a transposed [6, 4] view received into columns 2-5 of a [6, 7] buffer"
+    try:
+        works = [dist.isend(sent, nxt, group=group), dist.irecv(wide[:, 2:6], prv, group=group)]
+        for w in works:
+            w.wait()
+    except (RuntimeError, ValueError) as exc:
+        words = refusal_words(ctx, "non-contiguous P2P", "contiguous")
+        ctx.expect(any(w in str(exc) for w in words), f"refusal of {what}", f"an error naming one of {list(words)}",
+                   str(exc))
+        ctx.note(f"{what}: refused clearly: {exc}")
+        dist.barrier()
+        return
+    want = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6).t()
+    ctx.expect_equal(f"{what}, from rank {prv}", want.tolist(), wide[:, 2:6].cpu().tolist())
+    beside = torch.cat([wide[:, :2], wide[:, 6:]], dim=1)
+    ctx.expect_equal(f"{what}: the buffer's columns beside the view", 0.0, beside.abs().sum().item())
 
 
 def _beyond_views(ctx: CheckContext) -> None:
