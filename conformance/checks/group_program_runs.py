@@ -426,6 +426,9 @@ class _Run:
         assert mine is not None
         dist.destroy_process_group(mine.handle)
         self.layers[step.layer] = None
+        made = [e.get("comm") for e in new_comms(self.ctx, since)]
+        if made:  # a teardown that reaches a lazy group's communicator through its getter makes it to release it
+            self._fail(step, f"communicators made by destroying group {mine.members}: expected none, observed {made}")
         if not self.destroys_seen:
             return
         gone = {e.get("comm") for e in self.ctx.probe.events("comm_destroyed", since)}

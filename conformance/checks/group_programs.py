@@ -34,6 +34,7 @@ ENTRIES = ("all_reduce", "send/recv", "isend/irecv", "batch_isend_irecv", "recv(
 WORLD_LAYER = 0
 DEFAULTS = -1  # the options a group given none gets where that is the backend's defaults
 UNJUDGED = -2  # a new_group given none where torch decides what it gets (and what splits of it inherit)
+IDLE_LAYER = 2  # the second program's layer made at step 1 and destroyed at step 5 without an op
 FIRST_DESTROY = 5  # destroy steps come from this index on, and no group is made after one
 
 
@@ -136,21 +137,27 @@ def draw(seed: int, number: int, world_size: int, bound: bool, splits: bool, any
         # lives: the boundary of the 'destroyed' dimension, which drawn programs hit only sometimes
         boundary = number == 0 and "split" in kinds and index in (1, FIRST_DESTROY)
         kind = ("split" if index == 1 else "destroy") if boundary else kind
+        # the second program (the first lazy one where worlds alternate) makes a layer at step 1 that runs no op, nor
+        # is split, and destroys it at step 5: a destroy that must make no communicator (a teardown that reaches a
+        # lazy group's communicator through its getter makes it in order to release it)
+        idle = number == 1 and index in (1, FIRST_DESTROY)
+        kind = ("new" if index == 1 else "destroy") if idle else kind
+        spare = [k for k in live if number != 1 or index > FIRST_DESTROY or k != IDLE_LAYER]
         options = rng.choice((None, 1, 2, 3))
         if kind == "new":
             steps.append(GroupStep(index, kind, parts=(_partition(rng, list(range(world_size))),), options=options))
         elif kind == "split":
-            layer = 1 if boundary else rng.choice(live)
+            layer = 1 if boundary else rng.choice(spare)
             cuts = tuple(_partition(rng, list(range(len(g)))) for g in layers[layer])
             steps.append(GroupStep(index, kind, layer=layer, parts=cuts, options=options))
         elif kind == "use":
-            steps.append(GroupStep(index, kind, layer=rng.choice(live), entry=rng.choice(entries),
+            steps.append(GroupStep(index, kind, layer=rng.choice(spare), entry=rng.choice(entries),
                                    talk=(rng.randrange(8), 1 + rng.randrange(7))))
         else:  # a layer that live splits were made from, where there is one
             doomed = [k for k in live if k != WORLD_LAYER]
             parents = [k for k in doomed if _has_live_splits(steps, k)]
-            steps.append(GroupStep(index, kind, layer=rng.choice(parents if parents
-                                                                 else doomed)))
+            steps.append(GroupStep(index, kind, layer=IDLE_LAYER if idle else rng.choice(parents if parents
+                                                                                    else doomed)))
     return GroupProgram(bound=bound, world_options=rng.choice((0, None)), steps=tuple(steps))
 
 
@@ -187,7 +194,7 @@ def dimensions(world_size: int = 3) -> dict[str, tuple[str, ...]]:
     """The programs' dimensions and their values (``conformance coverage``)."""
     return {"world": ("bound", "lazy"), "step": KINDS, "options": ("a set given", "none given"),
             "use": ENTRIES, "layer used": ("the world", "a new_group partition", "a split"),
-            "destroyed": ("a layer with live splits of it", "a layer without")}
+            "destroyed": ("a layer with live splits of it", "a layer without", "a layer that ran no op")}
 
 
 def coverage(drawn: list[GroupProgram]) -> dict[str, set[str]]:
@@ -208,5 +215,7 @@ def coverage(drawn: list[GroupProgram]) -> dict[str, set[str]]:
                 before = list(program.steps[:step.index])
                 hit["destroyed"].add("a layer with live splits of it" if _has_live_splits(before, step.layer)
                                      else "a layer without")
+                if not any(s.kind in ("use", "split") and s.layer == step.layer for s in before):
+                    hit["destroyed"].add("a layer that ran no op")
     return hit
 
