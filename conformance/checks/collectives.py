@@ -258,6 +258,51 @@ def _special_values_case(ctx: CheckContext) -> None:
             ctx.expect(same, f"all_reduce {op} of {dtype} with +-inf among finite values (IEEE)", want, got)
 
 
+def _nan_input(rank: int, n: int) -> list[float]:
+    """A member's four elements: NaN on the last rank, on rank 0, on none and on every one; rank + 1 elsewhere."""
+    finite = float(rank + 1)
+    return [math.nan if rank == n - 1 else finite, math.nan if rank == 0 else finite, finite, math.nan]
+
+
+def _nan_case(ctx: CheckContext) -> None:
+    """A NaN from any member makes the element NaN in SUM, AVG and PRODUCT (IEEE: every add and multiply with a NaN
+    gives NaN, in whatever order the members are folded), in all_reduce, reduce_scatter_tensor and reduce (on the
+    root), for float32, float64 and bfloat16; the element no member makes NaN is exact. A reduction that skips NaNs
+    (nansum) hides a diverged rank. MAX and MIN with a NaN are not judged (NaN-ordering rules differ). An op or
+    dtype a backend lacks may be refused naming it."""
+    n, r = ctx.world_size, ctx.rank
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        for op in ("SUM", "AVG", "PRODUCT"):
+            finite = [float(k + 1) for k in range(n)]
+            folded = math.prod(finite) if op == "PRODUCT" else sum(finite) / (n if op == "AVG" else 1)
+            want = [math.nan, math.nan, folded, math.nan]
+            for kind in ("all_reduce", "reduce_scatter_tensor", "reduce"):
+                what = f"world: {kind} {op} of {ref.dtype_name(dtype)}[4] with a NaN from some members"
+                mine = torch.tensor(_nan_input(r, n), dtype=dtype, device=ctx.device)
+                out = torch.empty_like(mine) if kind == "reduce_scatter_tensor" else mine
+                if not _run_case(ctx, what, cc.required_reduction(ctx, op, dtype), _refusal_names(op, dtype),
+                                 lambda k=kind, o=out, m=mine, p=op: _nan_reduce(k, o, m, p, n)):
+                    continue
+                if kind == "reduce" and r != n - 1:
+                    continue
+                got = out.cpu().double().tolist()
+                same = all(math.isnan(g) if math.isnan(w) else g == w for g, w in zip(got, want, strict=True))
+                ctx.expect(same, f"{what}{' (on the root)' if kind == 'reduce' else ''} (IEEE: NaN propagates)",
+                           want, got)
+
+
+def _nan_reduce(kind: str, out: torch.Tensor, mine: torch.Tensor, op: str, n: int) -> None:
+    """One reduction of ``mine`` into ``out``: reduce_scatter_tensor reduces ``mine`` repeated n times (each
+    member's shard is the reduction of the members' ``mine``); reduce goes to the last rank."""
+    reduce_op = ref.REDUCE_OPS[op]
+    if kind == "all_reduce":
+        dist.all_reduce(out, op=reduce_op)
+    elif kind == "reduce_scatter_tensor":
+        dist.reduce_scatter_tensor(out, mine.repeat(n), op=reduce_op)
+    else:
+        dist.reduce(out, n - 1, op=reduce_op)
+
+
 def _premul_sum_case(ctx: CheckContext) -> None:
     """all_reduce with dist._make_nccl_premul_sum(2.0) (torch builds it for NCCL; its front end passes it to any
     backend, v2.13.0 distributed_c10d.py all_reduce): the exact 2 x sum, or a refusal naming PREMUL_SUM (gloo:
@@ -326,6 +371,7 @@ def allreduce_ops(ctx: CheckContext) -> None:
                 found.case(_all_reduce_case, ctx, None, world, "world", op, dtype, numel=1, salt=3, scalar=True)
     found.case(_premul_sum_case, ctx)
     found.case(_special_values_case, ctx)
+    found.case(_nan_case, ctx)
     found.case(_integer_avg_case, ctx)
     found.case(_integer_wrap_case, ctx)
     found.case(_sparse_case, ctx)
