@@ -662,6 +662,8 @@ BRIEF_GROUP_S = 1.0  # a group made after that one with a shorter timeout, which
 BARRIER_TIMEOUT_S = 1.5
 RECV_LATE_S = (0.6, 0.85)  # when two messages are sent after their receives were posted
 PROMPT_S = 0.2  # how soon after its send each of those receives must complete
+FRACTION_S = 0.9  # a new_group's timeout under a second, and how late its last rank joins an all_reduce there
+FRACTION_LATE_S = 0.3
 
 
 def _own_timeout(ctx: CheckContext) -> None:
@@ -674,8 +676,10 @@ def _own_timeout(ctx: CheckContext) -> None:
     rank joins ``WELL_LATE_S`` after the window opened (past the world's timeout on every waiting rank, and past
     the group's timeout shared among its peers on the ranks that wait from the start) and must get exact data. A
     late receive is tried once more, alone, and fails only if late in both tries (a loaded host may delay one).
-    Findings are shared through the store, so every rank fails alike. Not tried where the check's timeout is
-    shorter than ``OWN_TIMEOUT_S``."""
+    Findings are shared through the store, so every rank fails alike. Then an all_reduce whose last rank joins late
+    on a new_group made without a timeout (``WELL_LATE_S`` late) and on one of timeout ``FRACTION_S``
+    (``FRACTION_LATE_S`` late) gives exact data. Not tried where the check's timeout is shorter than
+    ``OWN_TIMEOUT_S``."""
     if ctx.timeout_s < OWN_TIMEOUT_S:
         ctx.note(f"a group's own timeout: not tried, the check's timeout ({ctx.timeout_s} s) is under "
                  f"{OWN_TIMEOUT_S} s")
@@ -693,6 +697,7 @@ def _own_timeout(ctx: CheckContext) -> None:
     # front end (30 min; NCCL's 10 min: _new_group_with_tag, v2.13.0 distributed_c10d.py:5983, v2.15.0 :7190), not
     # its world's; the subject here, so not capped to the check's: the runner stops a rank that hangs in it
     unnamed = dist.new_group(ranks, timeout=None)
+    fractional = dist.new_group(ranks, timeout=timedelta(seconds=FRACTION_S))
     where = (f"on a new_group of timeout {OWN_TIMEOUT_S} s (its world's: {SHORT_WORLD_S} s; a group made after it: "
              f"{BRIEF_GROUP_S} s")
     # a call's own timeout is that call's (torch passes barrier's in BarrierOptions.timeout, v2.13.0
@@ -718,7 +723,12 @@ def _own_timeout(ctx: CheckContext) -> None:
     wrong = [f for f in agree(ctx, ranks, "own-timeout/late-peer", f"{what}: {finding}" if finding else "") if f]
     if wrong:
         raise CheckFailed("; ".join(wrong))
-    _default_timeout(ctx, unnamed, ranks)
+    # torch gave the group its backend's default timeout (minutes): a backend that takes the world's for it (the
+    # default read as 'unset') fails
+    _late_peer_all_reduce(ctx, unnamed, ranks, WELL_LATE_S, "a new_group made without a timeout (torch's default for "
+                          f"its backend) in a world of timeout {SHORT_WORLD_S} s")
+    # a timeout under a second: a backend that keeps whole seconds of it (int(total_seconds())) waits 0 s
+    _late_peer_all_reduce(ctx, fractional, ranks, FRACTION_LATE_S, f"a new_group of timeout {FRACTION_S} s")
     first_try = agree(ctx, ranks, "own-timeout/receives", received or "")[first]
     if first_try:
         again = agree(ctx, ranks, "own-timeout/receives", _late_messages(ctx, group, where, 1) or "")[first]
@@ -739,18 +749,17 @@ def _all_reduce_finding(ctx: CheckContext, group: dist.ProcessGroup, n: int, num
     return "" if mismatch(t, want, t.dtype) is None else f"expected {want}, observed {t.tolist()}"
 
 
-def _default_timeout(ctx: CheckContext, group: dist.ProcessGroup, ranks: list[int]) -> None:
-    """On the world of timeout ``SHORT_WORLD_S``, an all_reduce on a new_group made without a timeout, its last rank
-    joining ``WELL_LATE_S`` after the others, gives exact data on every rank: torch gave the group its backend's
-    default timeout (minutes), so a backend that takes the world's for it (the default read as 'unset') fails."""
+def _late_peer_all_reduce(ctx: CheckContext, group: dist.ProcessGroup, ranks: list[int], late_s: float,
+                          label: str) -> None:
+    """An all_reduce on ``group`` (``label`` says how it was made) whose last rank joins ``late_s`` after the others
+    gives exact data on every rank; findings are shared through the store, so every rank fails alike."""
     n, last = len(ranks), ranks[-1]
-    agree(ctx, ranks, "own-timeout/default", "")
+    agree(ctx, ranks, f"own-timeout/{label}", "")
     if ctx.rank == last:
-        time.sleep(WELL_LATE_S)
+        time.sleep(late_s)
     finding = _all_reduce_finding(ctx, group, n, 3)
-    what = (f"rank {ctx.rank}: all_reduce on a new_group made without a timeout (torch's default for its backend) "
-            f"in a world of timeout {SHORT_WORLD_S} s, rank {last} {WELL_LATE_S} s late")
-    wrong = [f for f in agree(ctx, ranks, "own-timeout/default-done", f"{what}: {finding}" if finding else "") if f]
+    what = f"rank {ctx.rank}: all_reduce on {label}, rank {last} {late_s} s late"
+    wrong = [f for f in agree(ctx, ranks, f"own-timeout/{label}/done", f"{what}: {finding}" if finding else "") if f]
     if wrong:
         raise CheckFailed("; ".join(wrong))
 
