@@ -429,15 +429,19 @@ def _noncontiguous_gather(ctx: CheckContext, group: Any, members: list[int], lab
     expect_kept(ctx, what, placed_in, ins[ctx.rank][:placed_in.view.numel()])
 
 
+def _uneven_rows(i: int, j: int, n: int, unit: int) -> int:
+    return unit * ((i + 2 * j) % 3) + (i == j)
+
+
 # Rows group rank i sends to group rank j of n, per split pattern, given the case's unit of rows
 SPLIT_ROWS: dict[str, Callable[[int, int, int, int], int]] = {
     "even": lambda i, j, n, unit: unit,
-    "uneven": lambda i, j, n, unit: unit * ((i + 2 * j) % 3) + (i == j),
+    "uneven": _uneven_rows,
     "zeros": lambda i, j, n, unit: 0 if (i + j) % 2 else unit + 1,
     "all to one": lambda i, j, n, unit: unit + 1 if j == 0 else 0,
     BY_SENDER: lambda i, j, n, unit: (unit + 1) * (i % 3),
     BY_RECEIVER: lambda i, j, n, unit: (unit + 1) * (j % 3),
-    ONE_IDLE: lambda i, j, n, unit: 0 if n - 1 in (i, j) else unit * ((i + 2 * j) % 3) + (i == j),
+    ONE_IDLE: lambda i, j, n, unit: 0 if n - 1 in (i, j) else _uneven_rows(i, j, n, unit),
 }
 
 

@@ -254,8 +254,13 @@ def _special_values_case(ctx: CheckContext) -> None:
                               folded * v if op == "PRODUCT" else folded + v)
                 want.append(folded / n if op == "AVG" else folded)
             got = t.cpu().double().tolist()
-            same = all((math.isnan(g) and math.isnan(w)) or g == w for g, w in zip(got, want, strict=True))
-            ctx.expect(same, f"all_reduce {op} of {dtype} with +-inf among finite values (IEEE)", want, got)
+            ctx.expect(_same_ieee(got, want), f"all_reduce {op} of {dtype} with +-inf among finite values (IEEE)",
+                       want, got)
+
+
+def _same_ieee(got: list[float], want: list[float]) -> bool:
+    """Element by element equal, a NaN where one is wanted counting as equal (NaN != NaN)."""
+    return all(math.isnan(g) if math.isnan(w) else g == w for g, w in zip(got, want, strict=True))
 
 
 def _nan_input(rank: int, n: int) -> list[float]:
@@ -286,9 +291,8 @@ def _nan_case(ctx: CheckContext) -> None:
                 if kind == "reduce" and r != n - 1:
                     continue
                 got = out.cpu().double().tolist()
-                same = all(math.isnan(g) if math.isnan(w) else g == w for g, w in zip(got, want, strict=True))
-                ctx.expect(same, f"{what}{' (on the root)' if kind == 'reduce' else ''} (IEEE: NaN propagates)",
-                           want, got)
+                ctx.expect(_same_ieee(got, want),
+                           f"{what}{' (on the root)' if kind == 'reduce' else ''} (IEEE: NaN propagates)", want, got)
 
 
 def _nan_reduce(kind: str, out: torch.Tensor, mine: torch.Tensor, op: str, n: int) -> None:

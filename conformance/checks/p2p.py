@@ -522,11 +522,7 @@ def data(ctx: CheckContext) -> None:
         for w in works:
             w.wait()
     except (RuntimeError, ValueError) as exc:
-        words = refusal_words(ctx, "non-contiguous P2P", "contiguous")
-        ctx.expect(any(w in str(exc) for w in words), "refusal of a non-contiguous view",
-                   f"an error naming one of {list(words)}", str(exc))
-        ctx.note(f"non-contiguous P2P refused clearly: {exc}")
-        dist.barrier()
+        _expect_contiguity_refusal(ctx, "a non-contiguous view", exc)
         _unflattenable_views(ctx)
         return _beyond_views(ctx)
     expected = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6)[:, ::2]
@@ -535,6 +531,16 @@ def data(ctx: CheckContext) -> None:
     ctx.expect_equal("untouched columns of the receive view", 0.0, view[:, ::2].abs().sum().item())
     _unflattenable_views(ctx)
     _beyond_views(ctx)
+
+
+def _expect_contiguity_refusal(ctx: CheckContext, what: str, exc: Exception) -> None:
+    """A refused non-contiguous P2P exchange names contiguity (or the target's own word for it); noted, then the
+    ranks meet, since a side that refused may leave its peer's message unmatched."""
+    words = refusal_words(ctx, "non-contiguous P2P", "contiguous")
+    ctx.expect(any(w in str(exc) for w in words), f"refusal of {what}", f"an error naming one of {list(words)}",
+               str(exc))
+    ctx.note(f"{what}: refused clearly: {exc}")
+    dist.barrier()
 
 
 def _unflattenable_views(ctx: CheckContext) -> None:
@@ -553,11 +559,7 @@ def _unflattenable_views(ctx: CheckContext) -> None:
         for w in works:
             w.wait()
     except (RuntimeError, ValueError) as exc:
-        words = refusal_words(ctx, "non-contiguous P2P", "contiguous")
-        ctx.expect(any(w in str(exc) for w in words), f"refusal of {what}", f"an error naming one of {list(words)}",
-                   str(exc))
-        ctx.note(f"{what}: refused clearly: {exc}")
-        dist.barrier()
+        _expect_contiguity_refusal(ctx, what, exc)
         return
     want = (torch.arange(24, dtype=torch.float32) + 100 * prv).reshape(4, 6).t()
     ctx.expect_equal(f"{what}, from rank {prv}", want.tolist(), wide[:, 2:6].cpu().tolist())
